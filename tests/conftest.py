@@ -1,0 +1,53 @@
+"""Shared fixtures. Two logical CPU devices are configured before TensorFlow
+starts, so strategy tests can run several replicas on this machine."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+from tf_msemb.training.strategy import split_cpu
+
+split_cpu(2)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPUS = os.path.join(REPO, "tf_msemb", "quickstart", "corpus")
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+LANGS = ("en", "de", "fr", "es")
+
+
+def corpus_file(split, lang):
+    return os.path.join(CORPUS, f"{split}.{lang}.txt")
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory):
+    """A SentencePiece model trained on the quickstart corpus (with <2xx> tokens)."""
+    from tf_msemb.text.spm_training import train_sentencepiece
+
+    prefix = tmp_path_factory.mktemp("spm") / "qs"
+    return train_sentencepiece([corpus_file("train", l) for l in LANGS], str(prefix), 1000, languages=LANGS)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(spm_model):
+    from tf_msemb.text.tokenizers import SentencePieceTokenizer
+
+    return SentencePieceTokenizer(spm_model, max_length=48)
+
+
+@pytest.fixture(scope="session")
+def quickstart_records(tmp_path_factory):
+    """TFRecords of the quickstart corpus; returns the manifest path."""
+    from tf_msemb.data.writing import aligned_pairs
+    from tf_msemb.data.writing import write_tfrecords
+
+    out = tmp_path_factory.mktemp("records")
+    files = {l: corpus_file("train", l) for l in LANGS}
+    write_tfrecords(aligned_pairs(files, "en"), str(out), "qs", num_shards=2, verbose=False)
+    return str(out / "qs.manifest.json")
+
+
+@pytest.fixture
+def two_device_strategy():
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

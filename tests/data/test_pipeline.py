@@ -1,0 +1,117 @@
+import collections
+
+import pytest
+import tensorflow as tf
+
+from tf_msemb.data.pipeline import make_dataset
+from tf_msemb.data.pipeline import make_distributed_dataset
+from tf_msemb.data.pipeline import stream_weights
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.writing import write_tfrecords
+
+
+def _corpus(tmp_path, name, sizes, num_shards=2, long_every=0):
+    """A manifest corpus; the target of pair `en-xx` row i is `xx<i>` (a few are very long)."""
+    sources = []
+    for lang, n in sizes.items():
+        rows = [
+            (f"source {i}", f"{lang}{i}" + (" lang" * 80 if long_every and i % long_every == 0 else ""))
+            for i in range(n)
+        ]
+        sources.append(("en", lang, rows))
+    write_tfrecords(sources, str(tmp_path / name), name, num_shards, verbose=False)
+    return str(tmp_path / name / f"{name}.manifest.json")
+
+
+def _targets(dataset, batches):
+    out = []
+    for batch in dataset.take(batches):
+        out.extend(t.decode() for t in batch["tgt_text"].numpy())
+    return out
+
+
+def test_batch_structure(tokenizer, quickstart_records):
+    ds = make_dataset([quickstart_records], tokenizer, batch_size=8, max_tokens=48)
+    batch = next(iter(ds))
+    for side in ("src", "tgt"):
+        ids, mask = batch[side]["token_ids"], batch[side]["padding_mask"]
+        assert ids.shape[0] == 8 and ids.shape == mask.shape
+        assert ids.dtype == tf.int32 and mask.dtype == tf.bool
+        assert (ids.numpy()[~mask.numpy()] == tokenizer.pad_id).all()
+        assert (ids.numpy()[:, 0] == tokenizer.bos_id).all()
+        assert mask.numpy().sum(axis=1).max() == ids.shape[1]
+
+
+def test_overlong_pairs_are_dropped(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"de": 60}, long_every=3)
+    ds = make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, repeat=False, drop_remainder=False, include_text=True)
+    targets = _targets(ds, 100)
+    assert sorted(targets) == sorted(f"de{i}" for i in range(60) if i % 3)
+
+
+def test_language_pairs_are_balanced_by_default(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"de": 400, "fr": 20})
+    ds = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, include_text=True, shuffle_buffer=100)
+    counts = collections.Counter(t[:2] for t in _targets(ds, 20))
+    assert abs(counts["de"] - counts["fr"]) < 0.15 * 1000
+    proportional = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, include_text=True, proportional=True)
+    counts = collections.Counter(t[:2] for t in _targets(proportional, 20))
+    assert counts["fr"] < 0.1 * 1000
+
+
+def test_configurable_weights(tokenizer, tmp_path):
+    a = _corpus(tmp_path, "a", {"de": 100})
+    b = _corpus(tmp_path, "b", {"fr": 100})
+    weights = stream_weights([a, b], corpus_weights={a: 3.0})
+    assert [round(w, 3) for _, w in weights] == [0.75, 0.25]
+    ds = make_dataset([a, b], tokenizer, batch_size=50, max_tokens=48, include_text=True, corpus_weights={a: 3.0})
+    counts = collections.Counter(t[:2] for t in _targets(ds, 20))
+    assert 0.68 < counts["de"] / 1000 < 0.82
+    pair_weights = stream_weights([_corpus(tmp_path, "m", {"de": 10, "fr": 10})], pair_weights={"en-fr": 0.0})
+    assert [w for _, w in pair_weights] == [1.0, 0.0]
+    with pytest.raises(ValueError, match="not in `corpora`"):
+        stream_weights([a], corpus_weights={"other": 1.0})
+
+
+def test_same_seed_same_batches(tokenizer, quickstart_records):
+    def first(seed):
+        ds = make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48, seed=seed, include_text=True)
+        return _targets(ds, 2)
+
+    assert first(3) == first(3)
+    assert first(3) != first(4)
+
+
+def test_file_glob_corpus(tokenizer, tmp_path):
+    _corpus(tmp_path, "g", {"de": 30})
+    ds = make_dataset(str(tmp_path / "g" / "*.tfrecord-*"), tokenizer, batch_size=10, max_tokens=48, repeat=False)
+    assert sum(1 for _ in ds) == 3
+
+
+def test_errors_name_the_problem(tokenizer, tmp_path):
+    with pytest.raises(CorpusError, match="missing.manifest.json"):
+        make_dataset([str(tmp_path / "missing.manifest.json")], tokenizer, batch_size=2, max_tokens=48)
+    with pytest.raises(CorpusError, match="no data"):
+        make_dataset([str(tmp_path / "nothing-*")], tokenizer, batch_size=2, max_tokens=48)
+    with pytest.raises(ValueError, match="max_tokens=64 exceeds"):
+        make_dataset([str(tmp_path / "x")], tokenizer, batch_size=2, max_tokens=64)
+
+
+def test_input_sharding_splits_files(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "s", {"de": 40}, num_shards=4)
+    seen = []
+    for pipeline_id in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id)
+        ds = make_dataset(corpus, tokenizer, batch_size=5, max_tokens=48, repeat=False, include_text=True, input_context=context)
+        seen.append(set(_targets(ds, 100)))
+    assert not seen[0] & seen[1]
+    assert seen[0] | seen[1] == {f"de{i}" for i in range(40)}
+
+
+def test_distributed_per_replica_batches(tokenizer, quickstart_records, two_device_strategy):
+    with pytest.raises(ValueError, match="not divisible"):
+        make_distributed_dataset(two_device_strategy, 7, corpora=[quickstart_records], tokenizer=tokenizer, max_tokens=48)
+    ds = make_distributed_dataset(two_device_strategy, 8, corpora=[quickstart_records], tokenizer=tokenizer, max_tokens=48)
+    batch = next(iter(ds))
+    local = two_device_strategy.experimental_local_results(batch["src"]["token_ids"])
+    assert [t.shape[0] for t in local] == [4, 4]

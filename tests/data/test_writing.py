@@ -1,0 +1,105 @@
+import gzip
+import json
+
+import pytest
+import tensorflow as tf
+
+from tf_msemb.data.records import parse_examples
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.writing import aligned_pairs
+from tf_msemb.data.writing import tsv_pairs
+from tf_msemb.data.writing import write_tfrecords
+
+
+def _write(path, lines, gz=False):
+    data = "".join(line + "\n" for line in lines)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(data)
+    else:
+        path.write_text(data, encoding="utf-8")
+    return str(path)
+
+
+def _read_all(output_dir, manifest, pair):
+    files = [str(output_dir / name) for name in manifest["pairs"][pair]["files"]]
+    records = list(tf.data.TFRecordDataset(files).as_numpy_iterator())
+    return parse_examples(tf.constant(records))
+
+
+def test_aligned_gz_and_plain_with_drops(tmp_path):
+    en = _write(tmp_path / "t.en.gz", ["one", "", "three", "x" * 50, "five"], gz=True)
+    de = _write(tmp_path / "t.de", ["eins", "zwei", "drei", "vier", "  "])
+    manifest = write_tfrecords(aligned_pairs({"en": en, "de": de}, "en"), str(tmp_path / "out"), "c", 2, 20, False)
+    info = manifest["pairs"]["en-de"]
+    assert (info["examples"], info["dropped_empty"], info["dropped_long"]) == (2, 2, 1)
+    parsed = _read_all(tmp_path / "out", manifest, "en-de")
+    assert sorted(parsed["src"].numpy().tolist()) == [b"one", b"three"]
+    assert set(parsed["tgt_lang"].numpy().tolist()) == {b"de"}
+    with open(tmp_path / "out" / "c.manifest.json") as f:
+        assert json.load(f) == manifest
+
+
+def test_pivot_pairs_with_each_language(tmp_path):
+    files = {l: _write(tmp_path / f"x.{l}", [f"{l}{i}" for i in range(5)]) for l in ("en", "de", "fr")}
+    manifest = write_tfrecords(aligned_pairs(files, "en"), str(tmp_path / "o"), "x", 3, verbose=False)
+    assert sorted(manifest["pairs"]) == ["en-de", "en-fr"]
+    parsed = _read_all(tmp_path / "o", manifest, "en-fr")
+    assert sorted(zip(parsed["src"].numpy(), parsed["tgt"].numpy()))[0] == (b"en0", b"fr0")
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path):
+    en = _write(tmp_path / "a.en", ["1", "2", "3"])
+    de = _write(tmp_path / "a.de", ["1", "2"])
+    with pytest.raises(CorpusError, match=r"a\.en has 3 lines.*a\.de has 2"):
+        list(aligned_pairs({"en": en, "de": de}, "en"))
+
+
+def test_empty_missing_and_unreadable_files(tmp_path):
+    en = _write(tmp_path / "a.en", ["1"])
+    (tmp_path / "empty.de").write_text("")
+    with pytest.raises(CorpusError, match=r"empty\.de"):
+        list(aligned_pairs({"en": en, "de": str(tmp_path / "empty.de")}, "en"))
+    with pytest.raises(CorpusError, match=r"missing\.de"):
+        list(aligned_pairs({"en": en, "de": str(tmp_path / "missing.de")}, "en"))
+    (tmp_path / "bad.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(CorpusError, match=r"bad\.gz"):
+        list(aligned_pairs({"en": en, "de": str(tmp_path / "bad.gz")}, "en"))
+    (tmp_path / "latin1.de").write_bytes("Stra\xdfe\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=r"latin1\.de"):
+        list(aligned_pairs({"en": en, "de": str(tmp_path / "latin1.de")}, "en"))
+
+
+def test_all_rows_dropped_is_an_error(tmp_path):
+    en = _write(tmp_path / "a.en", ["", ""])
+    de = _write(tmp_path / "a.de", ["x", "y"])
+    with pytest.raises(CorpusError, match="nothing to train on"):
+        write_tfrecords(aligned_pairs({"en": en, "de": de}, "en"), str(tmp_path / "o"), verbose=False)
+
+
+def test_tsv_with_hard_negatives(tmp_path):
+    path = _write(tmp_path / "p.tsv", ["Hallo\tHello\tHi\tBye", "Danke\tThanks\tThank\tNo"])
+    manifest = write_tfrecords(tsv_pairs(path, "de", "en"), str(tmp_path / "o"), "p", 1, verbose=False)
+    files = [str(tmp_path / "o" / f) for f in manifest["pairs"]["de-en"]["files"]]
+    records = tf.constant(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
+    parsed = parse_examples(records, num_hard_negatives=2)
+    assert parsed["hard_negatives"].numpy().tolist() == [[b"Hi", b"Bye"], [b"Thank", b"No"]]
+    bad = _write(tmp_path / "bad.tsv", ["only one field"])
+    with pytest.raises(CorpusError, match=r"bad\.tsv:1"):
+        list(tsv_pairs(bad, "de", "en"))
+
+
+def test_cli_reports_a_clear_error(tmp_path):
+    import subprocess
+    import sys
+
+    en = _write(tmp_path / "a.en", ["1", "2"])
+    de = _write(tmp_path / "a.de", ["1"])
+    result = subprocess.run(
+        [sys.executable, "tools/make_tfrecords.py", f"--input=en:{en}", f"--input=de:{de}", f"--output_dir={tmp_path}/o"],
+        capture_output=True,
+        text=True,
+        cwd=__import__("conftest").REPO,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("error: Line counts differ")

@@ -1,0 +1,1 @@
+"""Parallel-corpus records, TFRecord writing and the tf.data input pipeline."""

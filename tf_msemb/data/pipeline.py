@@ -1,0 +1,194 @@
+"""The `tf.data` input pipeline for translation pairs.
+
+read shards (interleaved) -> balanced sampling over corpora and language pairs
+-> shuffle -> parse + tokenize in chunks -> drop pairs over `max_tokens`
+-> batch (`drop_remainder` so every replica gets equal, static batches).
+
+A corpus is either a manifest written by `tools/make_tfrecords.py` (then each
+language pair in it is its own stream) or a file glob (one stream).
+"""
+
+import glob
+import json
+import os
+
+import gin
+import tensorflow as tf
+
+from tf_msemb.data.records import parse_examples
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.writing import MANIFEST_SUFFIX
+
+_CHUNK = 512
+
+
+def corpus_streams(corpus):
+    """Returns `{stream_name: (files, examples or None)}` for one corpus spec."""
+    if corpus.endswith(MANIFEST_SUFFIX):
+        if not os.path.exists(corpus):
+            raise CorpusError(f"Manifest not found: {corpus}")
+        with open(corpus, encoding="utf-8") as f:
+            manifest = json.load(f)
+        root = os.path.dirname(corpus)
+        streams = {
+            pair: ([os.path.join(root, name) for name in info["files"]], info["examples"])
+            for pair, info in manifest["pairs"].items()
+            if info["examples"] > 0
+        }
+        for files, _ in streams.values():
+            for path in files:
+                if not os.path.exists(path):
+                    raise CorpusError(f"Shard listed in {corpus} is missing: {path}")
+    else:
+        files = sorted(glob.glob(corpus))
+        streams = {"all": (files, None)} if files else {}
+    if not streams:
+        raise CorpusError(f"Corpus {corpus!r} has no data (no matching shards, or zero examples).")
+    return streams
+
+
+def stream_weights(corpora, corpus_weights=None, pair_weights=None, proportional=False):
+    """Sampling probability of every (corpus, language pair) stream.
+
+    By default each corpus gets an equal share and, within it, each language
+    pair an equal share (seed 001: "roughly equal probability per corpus";
+    seed 000: the same number of pairs per language). `corpus_weights` and
+    `pair_weights` (e.g. `{"en-de": 2.0}`) rescale shares; `proportional`
+    samples pairs in proportion to their size instead.
+    Returns a list of `(files, weight)` whose weights sum to one.
+    """
+    corpus_weights = corpus_weights or {}
+    pair_weights = pair_weights or {}
+    unknown = set(corpus_weights) - set(corpora)
+    if unknown:
+        raise ValueError(f"corpus_weights names corpora that are not in `corpora`: {sorted(unknown)}")
+    leaves = []
+    for corpus in corpora:
+        streams = corpus_streams(corpus)
+        shares = {}
+        for name, (files, examples) in streams.items():
+            base = float(examples or 1) if proportional else 1.0
+            shares[name] = base * pair_weights.get(name, 1.0)
+        total = sum(shares.values())
+        weight = corpus_weights.get(corpus, 1.0)
+        leaves.extend((streams[name][0], weight * share / total) for name, share in shares.items())
+    norm = sum(w for _, w in leaves)
+    if norm <= 0:
+        raise ValueError("All corpus/pair weights are zero.")
+    return [(files, w / norm) for files, w in leaves]
+
+
+def _read_stream(files, seed, input_context, repeat):
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if input_context and input_context.num_input_pipelines > 1:
+        if len(files) >= input_context.num_input_pipelines:
+            dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+            dataset = dataset.shuffle(len(files), seed=seed)
+            records = dataset.interleave(
+                tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE
+            )
+        else:
+            records = tf.data.TFRecordDataset(files).shard(
+                input_context.num_input_pipelines, input_context.input_pipeline_id
+            )
+    else:
+        dataset = dataset.shuffle(len(files), seed=seed)
+        records = dataset.interleave(
+            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE
+        )
+    return records.repeat() if repeat else records
+
+
+@gin.configurable(denylist=["tokenizer", "batch_size", "input_context"])
+def make_dataset(
+    corpora,
+    tokenizer,
+    batch_size,
+    max_tokens=128,
+    corpus_weights=None,
+    pair_weights=None,
+    proportional=False,
+    shuffle_buffer=10_000,
+    seed=0,
+    teacher_dim=None,
+    repeat=True,
+    drop_remainder=True,
+    input_context=None,
+    include_text=False,
+):
+    """Batches of `{"src": tokens, "tgt": tokens[, "teacher": [b, d]]}`.
+
+    `tokens` is the tokenizer's `{"token_ids", "padding_mask"}`, padded to
+    the longest sequence in the batch. Pairs where either side has more than
+    `max_tokens` tokens (special tokens included) are dropped, not truncated.
+    With `include_text` the raw `src`/`tgt` strings come along (for teachers
+    that tokenize differently).
+    """
+    if isinstance(corpora, str):
+        corpora = [corpora]
+    if max_tokens > tokenizer.max_length:
+        raise ValueError(
+            f"max_tokens={max_tokens} exceeds the tokenizer's max_length={tokenizer.max_length}; "
+            "pairs that long could not be encoded whole."
+        )
+    if not corpora:
+        raise CorpusError("No corpora given: set make_dataset.corpora to manifests or TFRecord globs.")
+    leaves = stream_weights(corpora, corpus_weights, pair_weights, proportional)
+    streams = [_read_stream(files, seed + i, input_context, repeat) for i, (files, _) in enumerate(leaves)]
+    if len(streams) == 1:
+        records = streams[0]
+    else:
+        records = tf.data.Dataset.sample_from_datasets(
+            streams, weights=[w for _, w in leaves], seed=seed, stop_on_empty_dataset=False
+        )
+    if shuffle_buffer:
+        records = records.shuffle(shuffle_buffer, seed=seed)
+
+    def parse_and_tokenize(serialized):
+        features = parse_examples(serialized, teacher_dim=teacher_dim)
+        out = {side: tokenizer.tokenize(features[side], truncate=False) for side in ("src", "tgt")}
+        if teacher_dim is not None:
+            out["teacher"] = features["teacher"]
+        if include_text:
+            out.update(src_text=features["src"], tgt_text=features["tgt"])
+        return out
+
+    def short_enough(example):
+        return (tf.size(example["src"]) <= max_tokens) & (tf.size(example["tgt"]) <= max_tokens)
+
+    def to_model_inputs(example):
+        for side in ("src", "tgt"):
+            ids = example[side]
+            example[side] = {"token_ids": ids, "padding_mask": tf.ones_like(ids, dtype=tf.bool)}
+        return example
+
+    examples = (
+        records.batch(_CHUNK)
+        .map(parse_and_tokenize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .unbatch()
+        .filter(short_enough)
+        .map(to_model_inputs)
+    )
+    padding = {
+        side: {"token_ids": tf.constant(tokenizer.pad_id, tf.int32), "padding_mask": False} for side in ("src", "tgt")
+    }
+    if teacher_dim is not None:
+        padding["teacher"] = 0.0
+    if include_text:
+        padding.update(src_text="", tgt_text="")
+    batches = examples.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
+    return batches.prefetch(tf.data.AUTOTUNE)
+
+
+def make_distributed_dataset(strategy, global_batch_size, **kwargs):
+    """`make_dataset` under a strategy: one pipeline per worker, per-replica batches."""
+    if global_batch_size % strategy.num_replicas_in_sync:
+        raise ValueError(
+            f"Global batch {global_batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
+        )
+
+    def dataset_fn(input_context):
+        per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+        return make_dataset(batch_size=per_replica, input_context=input_context, **kwargs)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

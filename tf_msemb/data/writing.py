@@ -1,0 +1,108 @@
+"""Turning line-aligned text corpora into sharded TFRecords plus a manifest.
+
+Shards are written per language pair, `<prefix>.<src>-<tgt>.tfrecord-00000-of-00004`,
+and `<prefix>.manifest.json` lists each pair's files and counts, which is what
+the input pipeline uses to balance language pairs.
+"""
+
+import collections
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+from tf_msemb.data.records import make_example
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.text_files import read_lines
+
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+def aligned_pairs(files_by_language, pivot):
+    """Pairs the pivot language's lines with every other language's lines.
+
+    `files_by_language` maps a language tag to a line-aligned file (one file
+    per language, as Multi30k ships). Yields `(src_lang, tgt_lang, rows)` with
+    `rows` a list of `(src, tgt)` tuples.
+    """
+    if pivot not in files_by_language:
+        raise CorpusError(f"Pivot language {pivot!r} has no input file; given: {sorted(files_by_language)}")
+    if len(files_by_language) < 2:
+        raise CorpusError("Aligned input needs at least two languages (--input=LANG:PATH twice or more).")
+    pivot_lines = read_lines(files_by_language[pivot])
+    for lang, path in files_by_language.items():
+        if lang == pivot:
+            continue
+        lines = read_lines(path)
+        if len(lines) != len(pivot_lines):
+            raise CorpusError(
+                f"Line counts differ: {files_by_language[pivot]} has {len(pivot_lines)} lines, "
+                f"{path} has {len(lines)}; aligned files must match line by line."
+            )
+        yield pivot, lang, list(zip(pivot_lines, lines))
+
+
+def tsv_pairs(path, src_lang, tgt_lang):
+    """Reads `src<TAB>tgt[<TAB>hard negative ...]` lines."""
+    rows = []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise CorpusError(f"{path}:{number}: expected at least 2 tab-separated fields, got {len(fields)}.")
+        rows.append(tuple(fields))
+    yield src_lang, tgt_lang, rows
+
+
+def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max_chars=1000, verbose=True):
+    """Writes the rows of each `(src_lang, tgt_lang, rows)` source as shards.
+
+    Rows with an empty side, or a side longer than `max_chars` characters, are
+    dropped and counted. Returns the manifest dict (also written as JSON).
+    """
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be at least 1, got {num_shards}.")
+    os.makedirs(output_dir, exist_ok=True)
+    manifest = {"prefix": prefix, "pairs": {}}
+    for src_lang, tgt_lang, rows in pair_sources:
+        pair = f"{src_lang}-{tgt_lang}"
+        files = [f"{prefix}.{pair}.tfrecord-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
+        counts = collections.Counter()
+        progress = keras.utils.Progbar(len(rows), unit_name="pair", verbose=1 if verbose else 0)
+        writers = [tf.io.TFRecordWriter(os.path.join(output_dir, name)) for name in files]
+        try:
+            for i, (src, tgt, *negatives) in enumerate(rows):
+                src, tgt = src.strip(), tgt.strip()
+                if not src or not tgt:
+                    counts["dropped_empty"] += 1
+                elif max(len(src), len(tgt)) > max_chars:
+                    counts["dropped_long"] += 1
+                else:
+                    record = make_example(src, tgt, src_lang, tgt_lang, hard_negatives=negatives or None)
+                    writers[counts["examples"] % num_shards].write(record)
+                    counts["examples"] += 1
+                if verbose and (i + 1) % 1000 == 0:
+                    progress.update(i + 1)
+            progress.update(len(rows), finalize=True)
+        finally:
+            for writer in writers:
+                writer.close()
+        manifest["pairs"][pair] = {
+            "files": files,
+            "examples": counts["examples"],
+            "dropped_empty": counts["dropped_empty"],
+            "dropped_long": counts["dropped_long"],
+        }
+        if verbose:
+            print(
+                f"{pair}: wrote {counts['examples']} pairs to {num_shards} shards; dropped "
+                f"{counts['dropped_empty']} with an empty side, {counts['dropped_long']} over {max_chars} chars."
+            )
+    if not any(p["examples"] for p in manifest["pairs"].values()):
+        raise CorpusError("No pair survived filtering: every row was empty or over-long; nothing to train on.")
+    path = os.path.join(output_dir, prefix + MANIFEST_SUFFIX)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+    if verbose:
+        print(f"Manifest: {path}")
+    return manifest

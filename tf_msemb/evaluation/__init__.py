@@ -1,0 +1,1 @@
+"""Evaluators that run on an exported raw-string SavedModel."""

@@ -1,0 +1,44 @@
+"""Loading an exported model and encoding sentences with it."""
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
+
+
+def resolve_export(path):
+    """An export directory, or a training `model_dir` (then its `export/final`)."""
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    final = os.path.join(path, "export", "final")
+    if os.path.exists(os.path.join(final, "saved_model.pb")):
+        return final
+    raise FileNotFoundError(f"No SavedModel at {path} nor at {final}.")
+
+
+def load_model(path):
+    """Loads an exported model; calling it maps strings to unit vectors."""
+    return tf.saved_model.load(resolve_export(path))
+
+
+def encode(model, sentences, batch_size=64, verbose=True):
+    """Embeds `sentences` as a float32 `[n, d]` array, in their given order.
+
+    Sentences are batched in order of length, so a batch holds sentences of
+    similar length and carries little padding.
+    """
+    sentences = list(sentences)
+    order = np.argsort([len(s) for s in sentences], kind="stable")
+    chunks = []
+    progress = keras.utils.Progbar(len(sentences), unit_name="sentence", verbose=1 if verbose else 0)
+    for start in range(0, len(sentences), batch_size):
+        batch = [sentences[i] for i in order[start : start + batch_size]]
+        chunks.append(model(tf.constant(batch, dtype=tf.string)).numpy())
+        progress.add(len(batch))
+    if not chunks:
+        return np.zeros((0, 0), np.float32)
+    embeddings = np.empty((len(sentences), chunks[0].shape[1]), np.float32)
+    embeddings[order] = np.concatenate(chunks)
+    return embeddings

@@ -1,0 +1,198 @@
+"""Subword tokenizer layers that run in-graph (tf.data, train_step, SavedModel).
+
+Every tokenizer maps a 1-D string tensor to
+`{"token_ids": int32 [batch, length], "padding_mask": bool [batch, length]}`,
+padded to the longest sequence in the batch (at least one column, so an empty
+batch still has a well-defined shape). Subclasses only implement
+`_tokenize_normalized` and say which ids are special, so SentencePiece
+(our multilingual vocabularies) and WordPiece (BERT teachers) plug in alike.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tf_msemb.text.normalize import normalize_text
+
+
+class SubwordTokenizer(keras.layers.Layer):
+    """Shared truncation, special tokens and padding.
+
+    Args:
+        max_length: longest sequence returned, special tokens included.
+        add_bos: prepend the begin-of-sequence token.
+        add_eos: append the end-of-sequence token.
+        normalize: apply `normalize_text` before tokenizing.
+    """
+
+    def __init__(self, max_length=128, add_bos=True, add_eos=True, normalize=True, **kwargs):
+        kwargs["trainable"] = False
+        super().__init__(**kwargs)
+        if max_length < 1 + int(add_bos) + int(add_eos):
+            raise ValueError(
+                f"max_length={max_length} leaves no room for text after the special tokens."
+            )
+        self.max_length = max_length
+        self.add_bos = add_bos
+        self.add_eos = add_eos
+        self.normalize = normalize
+
+    @property
+    def vocabulary_size(self):
+        raise NotImplementedError
+
+    def _tokenize_normalized(self, texts):
+        """1-D string tensor -> int32 RaggedTensor [batch, (tokens)]."""
+        raise NotImplementedError
+
+    def tokenize(self, texts, truncate=True):
+        """Returns ragged ids with special tokens; never an empty row.
+
+        With `truncate=False` the full length is kept, which is what a length
+        filter needs to see.
+        """
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        if self.normalize:
+            texts = normalize_text(texts)
+        ids = self._tokenize_normalized(texts)
+        if truncate:
+            ids = ids[:, : self.max_length - int(self.add_bos) - int(self.add_eos)]
+        batch = ids.nrows()
+        parts = []
+        if self.add_bos:
+            parts.append(tf.fill([batch, 1], tf.constant(self.bos_id, tf.int32)))
+        parts.append(ids)
+        if self.add_eos:
+            parts.append(tf.fill([batch, 1], tf.constant(self.eos_id, tf.int32)))
+        if len(parts) == 1:
+            # Without special tokens an empty text still needs one token, or
+            # pooling would average nothing: it becomes a single <unk>.
+            lengths = ids.row_lengths()
+            unk = tf.fill([batch, 1], tf.constant(self.unk_id, tf.int32))
+            padded = tf.concat([ids, unk], axis=1)
+            keep = tf.ragged.range(lengths + 1) < tf.maximum(lengths, 1)[:, None]
+            return tf.ragged.boolean_mask(padded, keep)
+        return tf.concat(parts, axis=1)
+
+    def pad(self, ids):
+        """Ragged ids -> dense ids and mask, at least one column wide."""
+        token_ids = ids.to_tensor(default_value=self.pad_id)
+        # Only an empty batch has zero columns; give it one so shapes stay valid.
+        extra = tf.maximum(1 - tf.shape(token_ids)[1], 0)
+        token_ids = tf.pad(token_ids, [[0, 0], [0, extra]], constant_values=self.pad_id)
+        mask = tf.sequence_mask(ids.row_lengths(), maxlen=tf.shape(token_ids)[1])
+        return {"token_ids": token_ids, "padding_mask": mask}
+
+    def call(self, texts):
+        return self.pad(self.tokenize(texts))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            max_length=self.max_length,
+            add_bos=self.add_bos,
+            add_eos=self.add_eos,
+            normalize=self.normalize,
+        )
+        return config
+
+
+def _read_bytes(path, what):
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{what} not found: {path}")
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return f.read()
+
+
+class SentencePieceTokenizer(SubwordTokenizer):
+    """SentencePiece model (as written by `tools/train_spm.py`).
+
+    Args:
+        model_file: path of the `.model` file; its bytes are embedded in the
+            graph, so exports carry the tokenizer with them.
+    """
+
+    def __init__(self, model_file, max_length=128, add_bos=True, add_eos=True, normalize=True, **kwargs):
+        super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
+        self.model_file = os.fspath(model_file)
+        self.proto = _read_bytes(self.model_file, "SentencePiece model")
+        sp = self._sentencepiece()
+        self._vocabulary_size = int(sp.vocab_size())
+        self._piece_ids = {}
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = (
+            self.token_to_id(piece) for piece in ("<pad>", "<s>", "</s>", "<unk>")
+        )
+
+    def _sentencepiece(self):
+        # Built per trace rather than once: the op's resource then lives with
+        # the graph that uses it (tf.data, tf.function, SavedModel) and is not
+        # lost when e.g. `tf.random.set_seed` clears the eager context.
+        return tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
+
+    @property
+    def vocabulary_size(self):
+        return self._vocabulary_size
+
+    def token_to_id(self, piece):
+        """Id of a piece, or the unknown id when the vocabulary lacks it."""
+        if piece not in self._piece_ids:
+            self._piece_ids[piece] = int(self._sentencepiece().string_to_id(piece))
+        return self._piece_ids[piece]
+
+    def _tokenize_normalized(self, texts):
+        return self._sentencepiece().tokenize(texts)
+
+    def get_config(self):
+        config = super().get_config()
+        config["model_file"] = self.model_file
+        return config
+
+
+class WordPieceTokenizer(SubwordTokenizer):
+    """BERT WordPiece vocabulary (`vocab.txt`), `[CLS]`/`[SEP]` as BOS/EOS.
+
+    Args:
+        vocabulary_file: one token per line, id = line number.
+        lowercase: lower-case and strip accents first, as uncased BERT does.
+    """
+
+    def __init__(
+        self,
+        vocabulary_file,
+        lowercase=True,
+        max_length=128,
+        add_bos=True,
+        add_eos=True,
+        normalize=False,
+        **kwargs,
+    ):
+        super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
+        self.vocabulary_file = os.fspath(vocabulary_file)
+        self.lowercase = lowercase
+        vocab = _read_bytes(self.vocabulary_file, "WordPiece vocabulary").decode("utf-8").splitlines()
+        index = {token: i for i, token in enumerate(vocab)}
+        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if t not in index]
+        if missing:
+            raise ValueError(f"{self.vocabulary_file} lacks the special tokens {missing}.")
+        self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
+        self.bos_id, self.eos_id = index["[CLS]"], index["[SEP]"]
+        self._vocabulary_size = len(vocab)
+        self._wp = tf_text.FastBertTokenizer(
+            vocab=vocab,
+            token_out_type=tf.int32,
+            lower_case_nfd_strip_accents=lowercase,
+        )
+
+    @property
+    def vocabulary_size(self):
+        return self._vocabulary_size
+
+    def _tokenize_normalized(self, texts):
+        return self._wp.tokenize(texts)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocabulary_file=self.vocabulary_file, lowercase=self.lowercase)
+        return config

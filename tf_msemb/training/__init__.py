@@ -1,0 +1,1 @@
+"""The train loop and what it needs: strategies, optimizers, schedules, progress."""

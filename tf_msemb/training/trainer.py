@@ -1,0 +1,108 @@
+"""The gin-configured train loop: strategy, data, objective, checkpoints, export."""
+
+import os
+
+import gin
+import keras
+import tensorflow as tf
+
+from tf_msemb.data.pipeline import make_distributed_dataset
+from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.training.optimizers import make_optimizer
+from tf_msemb.training.progress import ProgressLine
+from tf_msemb.training.strategy import make_strategy
+
+
+def _make_step_function(model, strategy):
+    @tf.function
+    def step(iterator):
+        per_replica = strategy.run(model.train_step, args=(next(iterator),))
+        return {
+            name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+            for name, value in per_replica.items()
+        }
+
+    return step
+
+
+@gin.configurable(denylist=["model_dir"])
+def train(
+    model_dir,
+    tokenizer=gin.REQUIRED,
+    objective=gin.REQUIRED,
+    encoder=SentenceEncoder,
+    global_batch_size=64,
+    num_steps=1000,
+    strategy="default",
+    log_every=50,
+    checkpoint_every=1000,
+    keep_checkpoints=3,
+    seed=0,
+):
+    """Trains `objective(encoder=...)` and exports the encoder.
+
+    Args:
+        model_dir: checkpoints, TensorBoard logs, `operative_config.gin` and
+            `export/final` go here; an existing checkpoint is resumed.
+        tokenizer: a tokenizer layer (`@SentencePieceTokenizer()`).
+        objective: the objective class (`@TranslationRanking`), called with
+            `encoder=` inside the strategy scope.
+        encoder: the encoder class, called with the tokenizer's vocabulary
+            size and maximum length.
+        global_batch_size: pairs per step over all replicas.
+        num_steps: optimizer steps in total.
+        strategy: a name for `make_strategy`.
+        log_every, checkpoint_every: in steps.
+        keep_checkpoints: how many recent checkpoints to keep.
+        seed: seeds weights, dropout and data order.
+    Returns:
+        The export path.
+    """
+    keras.utils.set_random_seed(seed)
+    strategy = make_strategy(strategy)
+    os.makedirs(model_dir, exist_ok=True)
+    with strategy.scope():
+        model = objective(
+            encoder=encoder(vocabulary_size=tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length)
+        )
+        model.build()
+        model.compile(optimizer=make_optimizer(total_steps=num_steps))
+        model.optimizer.build(model.trainable_variables)
+    dataset = make_distributed_dataset(strategy, global_batch_size, tokenizer=tokenizer, seed=seed)
+    iterator = iter(dataset)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(
+        checkpoint, os.path.join(model_dir, "checkpoints"), max_to_keep=keep_checkpoints
+    )
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        print(f"Resumed from {manager.latest_checkpoint}")
+    with open(os.path.join(model_dir, "operative_config.gin"), "w", encoding="utf-8") as f:
+        f.write(gin.operative_config_str())
+
+    step_fn = _make_step_function(model, strategy)
+    writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+    step = int(model.optimizer.iterations.numpy())
+    progress = ProgressLine(num_steps, global_batch_size, start_step=step)
+    while step < num_steps:
+        logs = step_fn(iterator)
+        step += 1
+        if step % log_every == 0 or step == num_steps:
+            logs = {name: float(value) for name, value in logs.items()}
+            logs["lr"] = float(model.optimizer.learning_rate)
+            steps_per_second = progress.rate(step)
+            print(progress.format(step, logs, steps_per_second), flush=True)
+            with writer.as_default(step=step):
+                for name, value in logs.items():
+                    tf.summary.scalar(name, value)
+                tf.summary.scalar("pairs_per_second", steps_per_second * global_batch_size)
+            for metric in model.metrics:
+                metric.reset_state()
+        if step % checkpoint_every == 0 and step < num_steps:
+            manager.save(checkpoint_number=step)
+    manager.save(checkpoint_number=step)
+    writer.close()
+    path = export_saved_model(tokenizer, model.encoder, os.path.join(model_dir, "export", "final"))
+    print(f"Exported SavedModel: {path}")
+    return path
