@@ -38,6 +38,9 @@ class EmbeddingModule(tf.Module):
         super().__init__(name=name)
         self.tokenizer = tokenizer
         self.encoder = encoder
+        # One eager call creates any state still missing (weights, dropout
+        # seeds) outside the traced functions, where saving can reach it.
+        encoder(tokenizer(tf.constant([""])))
         self.variables = [v.value for v in encoder.variables]
         self.trainable_variables = [v.value for v in encoder.trainable_variables]
         self.regularization_losses = []

@@ -1,0 +1,104 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.encoder import l2_normalize
+
+SENTENCES = ["Die Frau liest eine Zeitung im Park.", "The child waters the flowers.", "¿Dónde está la farmacia?"]
+
+
+@pytest.fixture(scope="module")
+def exported(tokenizer, tmp_path_factory):
+    encoder = SentenceEncoder(
+        tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32,
+        max_sequence_length=tokenizer.max_length, pooling=["mean", "max", "first", "attention"], pooled_dim=12,
+    )
+    path = export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "m"))
+    return path, encoder
+
+
+def _keras_vectors(tokenizer, encoder, texts):
+    return l2_normalize(encoder(tokenizer(tf.constant(texts)))).numpy()
+
+
+def test_fresh_process_with_only_tf_and_tf_text_agrees(exported, tokenizer, tmp_path):
+    path, encoder = exported
+    out = tmp_path / "vectors.npy"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        import tensorflow as tf
+        import tensorflow_text
+        model = tf.saved_model.load({path!r})
+        texts = tf.constant({SENTENCES!r})
+        direct = model(texts).numpy()
+        served = model.signatures["serving_default"](inputs=texts)["outputs"].numpy()
+        assert np.array_equal(direct, served)
+        assert "tf_msemb" not in sys.modules and "keras_hub" not in sys.modules
+        np.save({str(out)!r}, direct)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=str(tmp_path))
+    reloaded = np.load(out)
+    expected = _keras_vectors(tokenizer, encoder, SENTENCES)
+    assert reloaded.shape == (3, 12)
+    assert np.abs(reloaded - expected).max() <= 1e-5
+
+
+def test_signature_and_reusable_api(exported):
+    path, encoder = exported
+    model = tf.saved_model.load(path)
+    signature = model.signatures["serving_default"]
+    assert list(signature.structured_input_signature[1]) == ["inputs"]
+    assert signature.structured_input_signature[1]["inputs"].dtype == tf.string
+    output = signature.structured_outputs["outputs"]
+    assert output.dtype == tf.float32 and output.shape.as_list() == [None, 12]
+    assert len(model.trainable_variables) == len(encoder.trainable_variables)
+    assert len(model.variables) == len(encoder.variables)
+    assert list(model.regularization_losses) == []
+    assert os.listdir(os.path.join(path, "assets")) == ["qs.model"]
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [""],
+        ["   \t  "],
+        ["lorem ipsum " * 8334],
+        [b"\xff\xfe\xfa broken \xc3"],
+        ["😀🎉👍"],
+        ["Hello 世界 Привет мир مرحبا"],
+        ["Der Zug fährt um acht Uhr ab."] * 1000,
+    ],
+    ids=["empty", "whitespace", "100k-chars", "invalid-utf8", "emoji", "mixed-scripts", "batch-1000"],
+)
+def test_bad_inputs_give_finite_unit_vectors(exported, texts):
+    model = tf.saved_model.load(exported[0])
+    vectors = model(tf.constant(texts, dtype=tf.string)).numpy()
+    assert vectors.shape == (len(texts), 12)
+    assert np.isfinite(vectors).all()
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+
+
+def test_empty_batch(exported):
+    model = tf.saved_model.load(exported[0])
+    assert model(tf.constant([], dtype=tf.string)).shape == (0, 12)
+    served = model.signatures["serving_default"](inputs=tf.constant([], dtype=tf.string))["outputs"]
+    assert served.shape == (0, 12)
+
+
+def test_training_flag_reaches_dropout(tokenizer, tmp_path):
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=32, max_sequence_length=tokenizer.max_length, dropout=0.5)
+    model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / "m")))
+    texts = tf.constant(SENTENCES)
+    np.testing.assert_array_equal(model(texts), model(texts, training=False))
+    assert not np.allclose(model(texts, training=True), model(texts, training=False))

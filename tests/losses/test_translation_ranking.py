@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+
+from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.losses.translation_ranking import in_batch_softmax_loss
+
+
+def _unit(rng, n, d):
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _reference(q, c, labels, scale, margin):
+    cos = q.astype(np.float64) @ c.T.astype(np.float64)
+    cos[np.arange(len(q)), labels] -= margin
+    logits = scale * cos
+    logits -= logits.max(axis=1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return -log_probs[np.arange(len(q)), labels].mean()
+
+
+def test_by_hand_two_by_two():
+    # q0 = c0 = -c1, q1 orthogonal to both: loss = mean(-log(e^s / (e^s + e^-s)), log 2).
+    q = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    c = np.array([[1.0, 0.0], [-1.0, 0.0]], np.float32)
+    expected = (np.log1p(np.exp(-4.0)) + np.log(2.0)) / 2
+    assert float(in_batch_softmax_loss(q, c, np.array([0, 1]), scale=2.0)) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("scale,margin", [(1.0, 0.0), (20.0, 0.0), (10.0, 0.3)])
+def test_matches_numpy(scale, margin):
+    rng = np.random.default_rng(0)
+    q, c = _unit(rng, 4, 8), _unit(rng, 6, 8)
+    labels = np.array([2, 3, 0, 5])
+    got = float(in_batch_softmax_loss(q, c, labels, scale, margin))
+    assert got == pytest.approx(_reference(q, c, labels, scale, margin), rel=1e-5)
+
+
+def test_margin_raises_the_loss():
+    rng = np.random.default_rng(1)
+    q, c = _unit(rng, 5, 8), _unit(rng, 5, 8)
+    labels = np.arange(5)
+    assert float(in_batch_softmax_loss(q, c, labels, 10.0, 0.3)) > float(in_batch_softmax_loss(q, c, labels, 10.0))
+
+
+def test_bidirectional_is_the_sum_of_both_directions():
+    rng = np.random.default_rng(2)
+    x, y = _unit(rng, 3, 4), _unit(rng, 3, 4)
+    labels = np.arange(3)
+    got = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=5.0))
+    expected = _reference(x, y, labels, 5.0, 0.0) + _reference(y, x, labels, 5.0, 0.0)
+    assert got == pytest.approx(expected, rel=1e-5)
