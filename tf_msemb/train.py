@@ -6,6 +6,7 @@ seconds-long run (tiny model, few steps) to check a config end to end;
 strategies can be tried without accelerators.
 """
 
+import os
 import sys
 
 import gin
@@ -39,11 +40,15 @@ SMOKE_BINDINGS = (
 
 def parse_config(gin_files, gin_params, smoke=False):
     """Parses gin files and bindings; a bad binding becomes one readable error."""
+    for path in gin_files:
+        if not os.path.exists(path):
+            raise SystemExit(f"error: gin file not found: {path}")
     bindings = list(gin_params) + (list(SMOKE_BINDINGS) if smoke else [])
     try:
         gin.parse_config_files_and_bindings(gin_files, bindings)
-    except (ValueError, KeyError, IOError, SyntaxError) as e:
-        raise SystemExit(f"error: bad gin configuration: {e}") from None
+    except Exception as e:  # gin raises many types (ValueError, TokenError, IOError, ...)
+        message = " ".join(str(e).split())
+        raise SystemExit(f"error: bad gin configuration: {message}") from None
 
 
 def main(argv):

@@ -102,3 +102,12 @@ def test_training_flag_reaches_dropout(tokenizer, tmp_path):
     texts = tf.constant(SENTENCES)
     np.testing.assert_array_equal(model(texts), model(texts, training=False))
     assert not np.allclose(model(texts, training=True), model(texts, training=False))
+
+
+def test_keras3_tfsmlayer_wraps_the_export(exported, tokenizer):
+    import keras
+
+    path, encoder = exported
+    layer = keras.layers.TFSMLayer(path, call_endpoint="serving_default")
+    out = layer(tf.constant(SENTENCES))["outputs"].numpy()
+    np.testing.assert_allclose(out, _keras_vectors(tokenizer, encoder, SENTENCES), atol=1e-5)

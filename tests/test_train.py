@@ -1,0 +1,95 @@
+"""The train entry point, run as a user runs it: `python -m tf_msemb.train ...`."""
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO
+
+PROGRESS = re.compile(r"^step (\d+)/(\d+) loss ([\d.e+-]+) accuracy [\d.e+-]+ lr [\d.e+-]+ pairs/s [\d.]+ ETA \d+:\d\d:\d\d$")
+
+
+def run_train(model_dir, spm_model, records, *params, extra=()):
+    bindings = [
+        f"SentencePieceTokenizer.model_file = '{spm_model}'",
+        f"make_dataset.corpora = ['{records}']",
+        "SentenceEncoder.hidden_dim = 32",
+        "SentenceEncoder.num_layers = 1",
+        "SentenceEncoder.intermediate_dim = 64",
+        "train.global_batch_size = 16",
+        *params,
+    ]
+    command = [sys.executable, "-m", "tf_msemb.train", "--gin_file=configs/quickstart.gin", f"--model_dir={model_dir}"]
+    command += [f"--gin_param={b}" for b in bindings] + list(extra)
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+
+
+def progress_lines(stdout):
+    return [PROGRESS.match(line) for line in stdout.splitlines() if PROGRESS.match(line)]
+
+
+def test_train_checkpoints_logs_and_exports_then_resumes(tmp_path, spm_model, quickstart_records):
+    model_dir = tmp_path / "run"
+    result = run_train(model_dir, spm_model, quickstart_records, "train.num_steps = 60", "train.log_every = 10",
+                       "train.checkpoint_every = 30", "make_optimizer.warmup_steps = 5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = progress_lines(result.stdout)
+    assert [int(m.group(1)) for m in lines] == [10, 20, 30, 40, 50, 60]
+    assert float(lines[-1].group(3)) < 0.7 * float(lines[0].group(3))
+    export = model_dir / "export" / "final"
+    assert f"Exported SavedModel: {export}" in result.stdout
+    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith("ckpt-60")
+    assert os.path.exists(model_dir / "checkpoints" / "ckpt-30.index")
+    assert "TranslationRanking.scale = 20.0" in (model_dir / "operative_config.gin").read_text()
+    events = os.listdir(model_dir / "train")
+    assert events and events[0].startswith("events.out.tfevents")
+    first_export = tf.saved_model.load(str(export))(tf.constant(["Die Frau liest."])).numpy()
+
+    resumed = run_train(model_dir, spm_model, quickstart_records, "train.num_steps = 80", "train.log_every = 10")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resumed from" in resumed.stdout and "ckpt-60" in resumed.stdout
+    assert [int(m.group(1)) for m in progress_lines(resumed.stdout)] == [70, 80]
+    second_export = tf.saved_model.load(str(export))(tf.constant(["Die Frau liest."])).numpy()
+    assert not np.allclose(first_export, second_export)
+
+
+def test_mirrored_strategy_on_two_logical_cpus(tmp_path, spm_model, quickstart_records):
+    result = run_train(tmp_path / "m", spm_model, quickstart_records, "train.strategy = 'mirrored'",
+                       "train.num_steps = 4", "train.log_every = 2", extra=["--cpu_devices=2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [int(m.group(1)) for m in progress_lines(result.stdout)] == [2, 4]
+    assert (tmp_path / "m" / "export" / "final" / "saved_model.pb").exists()
+
+
+def test_smoke_switch_shrinks_the_recipe(tmp_path, spm_model, quickstart_records):
+    result = run_train(tmp_path / "s", spm_model, quickstart_records, extra=["--smoke"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [int(m.group(1)) for m in progress_lines(result.stdout)] == [1, 2, 3]
+    assert "train.num_steps = 3" in (tmp_path / "s" / "operative_config.gin").read_text()
+
+
+def test_missing_gin_file_is_named(tmp_path):
+    command = [sys.executable, "-m", "tf_msemb.train", "--gin_file=configs/nope.gin", f"--model_dir={tmp_path}"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0
+    assert "nope.gin" in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "binding,message",
+    [
+        ("train.num_stepz = 3", "num_stepz"),
+        ("NoSuchThing.x = 1", "NoSuchThing"),
+        ("train.num_steps = (", "EOF in multi-line statement"),
+    ],
+)
+def test_bad_gin_gives_one_clear_line(tmp_path, spm_model, quickstart_records, binding, message):
+    result = run_train(tmp_path / "b", spm_model, quickstart_records, binding)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: bad gin configuration") and message in last
