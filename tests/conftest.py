@@ -6,14 +6,14 @@ import os
 import pytest
 import tensorflow as tf
 
+from tf_msemb.quickstart import CORPUS_DIR as CORPUS
+from tf_msemb.quickstart import LANGUAGES as LANGS
 from tf_msemb.training.strategy import split_cpu
 
 split_cpu(2)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(REPO, "tf_msemb", "quickstart", "corpus")
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
-LANGS = ("en", "de", "fr", "es")
 
 
 def corpus_file(split, lang):

@@ -115,3 +115,15 @@ def test_distributed_per_replica_batches(tokenizer, quickstart_records, two_devi
     batch = next(iter(ds))
     local = two_device_strategy.experimental_local_results(batch["src"]["token_ids"])
     assert [t.shape[0] for t in local] == [4, 4]
+
+
+def test_input_sharding_by_record_when_files_are_few(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "r", {"de": 30}, num_shards=1)
+    seen = []
+    for pipeline_id in range(3):
+        context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pipeline_id)
+        ds = make_dataset(corpus, tokenizer, batch_size=5, max_tokens=48, repeat=False, include_text=True,
+                          input_context=context, drop_remainder=False)
+        seen.append(_targets(ds, 100))
+    assert [len(s) for s in seen] == [10, 10, 10]
+    assert sorted(sum(seen, [])) == sorted(f"de{i}" for i in range(30))

@@ -79,27 +79,29 @@ def stream_weights(corpora, corpus_weights=None, pair_weights=None, proportional
 
 
 def _read_stream(files, seed, input_context, repeat):
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    if input_context and input_context.num_input_pipelines > 1:
-        if len(files) >= input_context.num_input_pipelines:
-            dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-            dataset = dataset.shuffle(len(files), seed=seed)
-            records = dataset.interleave(
-                tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE
-            )
-        else:
-            records = tf.data.TFRecordDataset(files).shard(
-                input_context.num_input_pipelines, input_context.input_pipeline_id
-            )
-    else:
-        dataset = dataset.shuffle(len(files), seed=seed)
-        records = dataset.interleave(
-            tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=tf.data.AUTOTUNE
-        )
+    """Interleaved records of `files`, this input pipeline's share only.
+
+    Files are split across pipelines when there are enough of them; otherwise
+    every pipeline reads all files in the same seeded order and keeps every
+    n-th record.
+    """
+    pipelines = input_context.num_input_pipelines if input_context else 1
+    by_record = pipelines > 1 and len(files) < pipelines
+    file_names = tf.data.Dataset.from_tensor_slices(files)
+    if pipelines > 1 and not by_record:
+        file_names = file_names.shard(pipelines, input_context.input_pipeline_id)
+    records = file_names.shuffle(len(files), seed=seed).interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(len(files), 8),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if by_record:
+        records = records.shard(pipelines, input_context.input_pipeline_id)
     return records.repeat() if repeat else records
 
 
-@gin.configurable(denylist=["tokenizer", "batch_size", "input_context"])
+@gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed"])
 def make_dataset(
     corpora,
     tokenizer,
