@@ -101,7 +101,7 @@ def _read_stream(files, seed, input_context, repeat):
     return records.repeat() if repeat else records
 
 
-@gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed"])
+@gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed", "teacher_dim", "teacher_tokenizer"])
 def make_dataset(
     corpora,
     tokenizer,
@@ -117,14 +117,16 @@ def make_dataset(
     drop_remainder=True,
     input_context=None,
     include_text=False,
+    teacher_tokenizer=None,
 ):
     """Batches of `{"src": tokens, "tgt": tokens[, "teacher": [b, d]]}`.
 
     `tokens` is the tokenizer's `{"token_ids", "padding_mask"}`, padded to
     the longest sequence in the batch. Pairs where either side has more than
     `max_tokens` tokens (special tokens included) are dropped, not truncated.
-    With `include_text` the raw `src`/`tgt` strings come along (for teachers
-    that tokenize differently).
+    With `teacher_tokenizer`, `teacher_src` holds the source in a live
+    teacher's own tokens (truncated to its length, never filtered); with
+    `include_text` the raw `src_text`/`tgt_text` strings come along.
     """
     if isinstance(corpora, str):
         corpora = [corpora]
@@ -151,6 +153,8 @@ def make_dataset(
         out = {side: tokenizer.tokenize(features[side], truncate=False) for side in ("src", "tgt")}
         if teacher_dim is not None:
             out["teacher"] = features["teacher"]
+        if teacher_tokenizer is not None:
+            out["teacher_src"] = teacher_tokenizer.tokenize(features["src"])
         if include_text:
             out.update(src_text=features["src"], tgt_text=features["tgt"])
         return out
@@ -158,8 +162,10 @@ def make_dataset(
     def short_enough(example):
         return (tf.size(example["src"]) <= max_tokens) & (tf.size(example["tgt"]) <= max_tokens)
 
+    token_fields = ("src", "tgt") + (("teacher_src",) if teacher_tokenizer is not None else ())
+
     def to_model_inputs(example):
-        for side in ("src", "tgt"):
+        for side in token_fields:
             ids = example[side]
             example[side] = {"token_ids": ids, "padding_mask": tf.ones_like(ids, dtype=tf.bool)}
         return example
@@ -174,6 +180,8 @@ def make_dataset(
     padding = {
         side: {"token_ids": tf.constant(tokenizer.pad_id, tf.int32), "padding_mask": False} for side in ("src", "tgt")
     }
+    if teacher_tokenizer is not None:
+        padding["teacher_src"] = {"token_ids": tf.constant(teacher_tokenizer.pad_id, tf.int32), "padding_mask": False}
     if teacher_dim is not None:
         padding["teacher"] = 0.0
     if include_text:

@@ -32,6 +32,10 @@ class TranslationRanking(keras.Model):
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
 
+    def data_options(self):
+        """Nothing beyond `src` and `tgt` tokens."""
+        return {}
+
     def build(self, inputs_shape=None):
         if not self.encoder.built:
             self.encoder.build({"token_ids": (None, None), "padding_mask": (None, None)})

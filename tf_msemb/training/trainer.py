@@ -9,6 +9,7 @@ import tensorflow as tf
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.training.optimizers import make_optimizer
 from tf_msemb.training.progress import ProgressLine
 from tf_msemb.training.strategy import make_strategy
@@ -29,9 +30,10 @@ def _make_step_function(model, strategy):
 @gin.configurable(denylist=["model_dir"])
 def train(
     model_dir,
-    tokenizer=gin.REQUIRED,
     objective=gin.REQUIRED,
+    tokenizer=None,
     encoder=SentenceEncoder,
+    pretrained=None,
     global_batch_size=64,
     num_steps=1000,
     strategy="default",
@@ -45,11 +47,14 @@ def train(
     Args:
         model_dir: checkpoints, TensorBoard logs, `operative_config.gin` and
             `export/final` go here; an existing checkpoint is resumed.
-        tokenizer: a tokenizer layer (`@SentencePieceTokenizer()`).
         objective: the objective class (`@TranslationRanking`), called with
             `encoder=` inside the strategy scope.
+        tokenizer: a tokenizer layer (`@SentencePieceTokenizer()`), for a
+            fresh encoder.
         encoder: the encoder class, called with the tokenizer's vocabulary
             size and maximum length.
+        pretrained: instead of `tokenizer` and `encoder`, start from a
+            pretrained model (a `load_pretrained` name or path) and its tokenizer.
         global_batch_size: pairs per step over all replicas.
         num_steps: optimizer steps in total.
         strategy: a name for `make_strategy`.
@@ -62,14 +67,20 @@ def train(
     keras.utils.set_random_seed(seed)
     strategy = make_strategy(strategy)
     os.makedirs(model_dir, exist_ok=True)
+    if (pretrained is None) == (tokenizer is None):
+        raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
     with strategy.scope():
-        model = objective(
-            encoder=encoder(vocabulary_size=tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length)
-        )
+        if pretrained is not None:
+            tokenizer, student = load_pretrained(pretrained)
+        else:
+            student = encoder(vocabulary_size=tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length)
+        model = objective(encoder=student)
         model.build()
         model.compile(optimizer=make_optimizer(total_steps=num_steps))
         model.optimizer.build(model.trainable_variables)
-    dataset = make_distributed_dataset(strategy, global_batch_size, tokenizer=tokenizer, seed=seed)
+    dataset = make_distributed_dataset(
+        strategy, global_batch_size, tokenizer=tokenizer, seed=seed, **model.data_options()
+    )
     iterator = iter(dataset)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(

@@ -1,0 +1,49 @@
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.data.pipeline import make_dataset
+from tf_msemb.data.records import parse_examples
+from tf_msemb.data.teacher_vectors import add_teacher_vectors
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.models.encoder import SentenceEncoder
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher(tokenizer):
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=8, num_layers=1, num_heads=2,
+                              intermediate_dim=16, max_sequence_length=tokenizer.max_length)
+    encoder(tokenizer(tf.constant(["warm-up"])))
+    return tokenizer, encoder
+
+
+def test_vectors_are_the_teachers_and_the_run_resumes(tiny_teacher, quickstart_records, tmp_path):
+    tokenizer, encoder = tiny_teacher
+    out = tmp_path / "with_teacher"
+    manifest = add_teacher_vectors(quickstart_records, tokenizer, encoder, "tiny", str(out), verbose=False)
+    assert manifest["teacher"] == {"model": "tiny", "dim": 8}
+    assert json.loads((out / "qs.manifest.json").read_text()) == manifest
+
+    shard = out / manifest["pairs"]["en-de"]["files"][0]
+    records = tf.constant(list(tf.data.TFRecordDataset(str(shard)).as_numpy_iterator()))
+    parsed = parse_examples(records, teacher_dim=8)
+    expected = encoder(tokenizer(parsed["src"])).numpy()
+    np.testing.assert_allclose(parsed["teacher"].numpy(), expected, atol=1e-5)
+
+    kept = out / manifest["pairs"]["en-fr"]["files"][0]
+    kept_mtime = os.path.getmtime(kept)
+    os.remove(shard)
+    add_teacher_vectors(quickstart_records, tokenizer, encoder, "tiny", str(out), verbose=False)
+    assert shard.exists() and os.path.getmtime(kept) == kept_mtime
+    assert not any(name.endswith(".partial") for name in os.listdir(out))
+
+    batch = next(iter(make_dataset([str(out / "qs.manifest.json")], tokenizer, 4, max_tokens=48, teacher_dim=8)))
+    assert batch["teacher"].shape == (4, 8)
+
+
+def test_not_a_manifest(tiny_teacher, tmp_path):
+    with pytest.raises(CorpusError, match="Not a corpus manifest"):
+        add_teacher_vectors(str(tmp_path / "x.tfrecord"), *tiny_teacher, "tiny", str(tmp_path / "o"))

@@ -1,0 +1,73 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.data.pipeline import make_dataset
+from tf_msemb.data.teacher_vectors import add_teacher_vectors
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.heads import ProjectedEncoder
+from tf_msemb.objectives import multilingual_distillation as md
+
+TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def teacher(tokenizer):
+    keras.utils.set_random_seed(7)
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, **{**TINY, "hidden_dim": 12}, normalize=True)
+    encoder(tokenizer(tf.constant(["x"])))
+    return tokenizer, encoder
+
+
+def _compile(model, lr=3e-3):
+    model.build()
+    model.compile(optimizer=keras.optimizers.Adam(lr))
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _train(model, dataset, steps):
+    step = tf.function(model.train_step, reduce_retracing=True)
+    data = iter(dataset)
+    return [float(step(next(data))["loss"]) for _ in range(steps)]
+
+
+def test_precomputed_teacher_with_projection(tokenizer, teacher, quickstart_records, tmp_path):
+    add_teacher_vectors(quickstart_records, *teacher, "tiny", str(tmp_path / "t"), verbose=False)
+    student = SentenceEncoder(tokenizer.vocabulary_size, **TINY)
+    model = _compile(md.MultilingualDistillation(student, teacher_dim=12))
+    assert isinstance(model.encoder, ProjectedEncoder) and model.data_options() == {"teacher_dim": 12}
+    dataset = make_dataset([str(tmp_path / "t" / "qs.manifest.json")], tokenizer, 16, max_tokens=48, **model.data_options())
+    losses = _train(model, dataset, 60)
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5])
+    assert model.encoder(tokenizer(tf.constant(["Hallo"]))).shape == (1, 12)
+
+
+def test_live_teacher_stays_frozen_and_matches_precomputed_loss(tokenizer, teacher, quickstart_records, monkeypatch):
+    monkeypatch.setattr(md, "load_pretrained", lambda name: teacher)
+    student = SentenceEncoder(tokenizer.vocabulary_size, **{**TINY, "hidden_dim": 12})
+    model = _compile(md.MultilingualDistillation(student, teacher="tiny"))
+    assert model.teacher_dim == 12 and model.encoder is student
+    assert not model.teacher.trainable_variables and len(model.trainable_variables) == len(student.trainable_variables)
+    before = [w.numpy().copy() for w in teacher[1].weights]
+    dataset = make_dataset([quickstart_records], tokenizer, 8, max_tokens=48, **model.data_options())
+    batch = next(iter(dataset))
+    # The live teacher sees its own tokens of `src`; here they equal the student's.
+    np.testing.assert_array_equal(batch["teacher_src"]["token_ids"], batch["src"]["token_ids"])
+    expected_target = teacher[1](batch["src"]).numpy()
+    s, t = student(batch["src"]).numpy(), student(batch["tgt"]).numpy()
+    expected = np.mean(np.sum((expected_target - s) ** 2, 1)) + np.mean(np.sum((expected_target - t) ** 2, 1))
+    logs = model.train_step(batch)
+    assert float(logs["loss"]) == pytest.approx(expected, rel=1e-4)
+    _train(model, dataset, 5)
+    for w, w0 in zip(teacher[1].weights, before):
+        np.testing.assert_array_equal(w.numpy(), w0)
+
+
+def test_width_mismatch_can_be_refused(tokenizer):
+    student = SentenceEncoder(tokenizer.vocabulary_size, **TINY)
+    with pytest.raises(ValueError, match=r"Student width 16 differs from teacher width 384"):
+        md.MultilingualDistillation(student, teacher_dim=384, projection="error")
+    with pytest.raises(ValueError, match="needs a live `teacher`"):
+        md.MultilingualDistillation(student)

@@ -1,0 +1,43 @@
+"""Adds a teacher's vector of every source sentence to a TFRecord corpus.
+
+    python tools/precompute_teacher.py --teacher=all-MiniLM-L6-v2 \
+        --manifest=runs/data/multi30k.manifest.json --output_dir=runs/data_teacher
+
+Batched and length-sorted; each source sentence is encoded once even when it
+appears in several language pairs; finished shards are kept, so rerunning
+the same command after an interruption continues where it stopped. Point
+`make_dataset.corpora` at the new manifest and set
+`MultilingualDistillation.teacher_dim` to the printed dimension.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from tf_msemb.data.teacher_vectors import add_teacher_vectors
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.models.pretrained import load_pretrained
+
+flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher: a load_pretrained name, directory or keras-hub preset.")
+flags.DEFINE_string("manifest", None, "Manifest of the corpus to extend (from make_tfrecords.py).")
+flags.DEFINE_string("output_dir", None, "Where the extended shards and manifest go.")
+flags.DEFINE_integer("batch_size", 128, "Sentences per teacher batch.")
+flags.mark_flags_as_required(["manifest", "output_dir"])
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    try:
+        tokenizer, encoder = load_pretrained(FLAGS.teacher)
+        manifest = add_teacher_vectors(
+            FLAGS.manifest, tokenizer, encoder, FLAGS.teacher, FLAGS.output_dir, FLAGS.batch_size
+        )
+    except (CorpusError, FileNotFoundError, ImportError) as e:
+        sys.exit(f"error: {e}")
+    print(f"Teacher vectors of dim {manifest['teacher']['dim']} added; manifest in {FLAGS.output_dir}")
+
+
+if __name__ == "__main__":
+    app.run(main)
