@@ -6,6 +6,7 @@ import gin
 from tf_msemb.data import pipeline  # noqa: F401
 from tf_msemb.models import encoder  # noqa: F401
 from tf_msemb.models import pretrained  # noqa: F401
+from tf_msemb.objectives import ema_teacher_distillation  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401
 from tf_msemb.text.tokenizers import SentencePieceTokenizer

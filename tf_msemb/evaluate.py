@@ -3,7 +3,14 @@
 `--model` is an export directory or a training `model_dir`.
 
 retrieval: Tatoeba-style accuracy for each `--pair=SRC_FILE,TGT_FILE`
-(line-aligned text, plain or .gz), printed as a table; `--output` writes JSON.
+(line-aligned text, plain or .gz).
+
+sts: Spearman and Pearson x100 of cosine vs gold, for each `--sts_tsv=FILE`
+(STS benchmark format) and each `--stsb_pair=L1-L2` of the multilingual STS-b
+CSVs in `--stsb_dir` (`stsb-<lang>-<split>.csv`; `en-de` pairs English
+sentence 1 with German sentence 2).
+
+Results are printed as a table; `--output` writes them as JSON.
 """
 
 import json
@@ -19,10 +26,18 @@ from tf_msemb.data.text_files import read_lines
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.retrieval import translation_accuracy
+from tf_msemb.evaluation.sts import cross_lingual
+from tf_msemb.evaluation.sts import read_stsb_csv
+from tf_msemb.evaluation.sts import read_stsb_tsv
+from tf_msemb.evaluation.sts import similarity_correlations
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
-flags.DEFINE_enum("task", "retrieval", ["retrieval"], "What to evaluate.")
+flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts"], "What to evaluate.")
 flags.DEFINE_multi_string("pair", [], "SRC_FILE,TGT_FILE of line-aligned sentences (retrieval).")
+flags.DEFINE_multi_string("sts_tsv", [], "An STS benchmark TSV file (sts).")
+flags.DEFINE_string("stsb_dir", None, "Directory of multilingual STS-b CSVs (sts).")
+flags.DEFINE_multi_string("stsb_pair", [], "Language pair of --stsb_dir, e.g. en-de or de-de (sts).")
+flags.DEFINE_string("split", "dev", "Split of the multilingual STS-b files (sts).")
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.mark_flag_as_required("model")
@@ -46,13 +61,35 @@ def evaluate_retrieval(model, pairs, batch_size=64, verbose=True):
     return results
 
 
-def format_table(results):
-    lines = [f"{'pair':<40} {'size':>6} {'src->tgt':>9} {'tgt->src':>9} {'mean':>7}"]
-    for name, r in results.items():
-        lines.append(
-            f"{name[-40:]:<40} {r['size']:>6} {100 * r['src->tgt']:>9.2f} "
-            f"{100 * r['tgt->src']:>9.2f} {100 * r['mean']:>7.2f}"
+def sts_sets(tsv_files=(), stsb_dir=None, stsb_pairs=(), split="dev"):
+    """`{name: (sentences1, sentences2, gold)}` for the requested STS sets."""
+    sets = {os.path.basename(path): read_stsb_tsv(path) for path in tsv_files}
+    for pair in stsb_pairs:
+        first, sep, second = pair.partition("-")
+        if not sep or stsb_dir is None:
+            raise CorpusError(f"--stsb_pair={pair!r} needs the form L1-L2 and --stsb_dir.")
+        read = lambda lang: read_stsb_csv(os.path.join(stsb_dir, f"stsb-{lang}-{split}.csv"))
+        sets[f"stsb {split} {pair}"] = cross_lingual(read(first), read(second))
+    return sets
+
+
+def evaluate_sts(model, sets, batch_size=64, verbose=True):
+    """Returns `{name: {"spearman", "pearson", "size"}}` for each STS set."""
+    results = {}
+    for name, (first, second, gold) in sets.items():
+        results[name] = similarity_correlations(
+            encode(model, first, batch_size, verbose), encode(model, second, batch_size, verbose), gold
         )
+    return results
+
+
+def format_table(results, scale=1.0):
+    """One row per evaluated set, a column per metric (values times `scale`)."""
+    columns = [c for c in next(iter(results.values())) if c != "size"]
+    lines = [f"{'set':<40} {'size':>6} " + " ".join(f"{c:>9}" for c in columns)]
+    for name, r in results.items():
+        values = " ".join(f"{scale * r[c]:>9.2f}" for c in columns)
+        lines.append(f"{name[-40:]:<40} {r['size']:>6} {values}")
     return "\n".join(lines)
 
 
@@ -60,14 +97,20 @@ def main(argv):
     del argv
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    if not FLAGS.pair:
-        sys.exit("error: retrieval needs at least one --pair=SRC_FILE,TGT_FILE")
     try:
-        model = load_model(FLAGS.model)
-        results = evaluate_retrieval(model, FLAGS.pair, FLAGS.batch_size)
+        if FLAGS.task == "retrieval":
+            if not FLAGS.pair:
+                raise CorpusError("retrieval needs at least one --pair=SRC_FILE,TGT_FILE")
+            results = evaluate_retrieval(load_model(FLAGS.model), FLAGS.pair, FLAGS.batch_size)
+        else:
+            sets = sts_sets(FLAGS.sts_tsv, FLAGS.stsb_dir, FLAGS.stsb_pair, FLAGS.split)
+            if not sets:
+                raise CorpusError("sts needs --sts_tsv=FILE or --stsb_dir=DIR with --stsb_pair=L1-L2")
+            results = evaluate_sts(load_model(FLAGS.model), sets, FLAGS.batch_size)
     except (CorpusError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
-    print(format_table(results))
+    # Accuracies are fractions; correlations are already x100.
+    print(format_table(results, scale=100.0 if FLAGS.task == "retrieval" else 1.0))
     if FLAGS.output:
         with open(FLAGS.output, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

@@ -1,6 +1,7 @@
 """The gin-configured train loop: strategy, data, objective, checkpoints, export."""
 
 import os
+import time
 
 import gin
 import keras
@@ -41,6 +42,7 @@ def train(
     checkpoint_every=1000,
     keep_checkpoints=3,
     seed=0,
+    max_train_minutes=None,
 ):
     """Trains `objective(encoder=...)` and exports the encoder.
 
@@ -61,6 +63,8 @@ def train(
         log_every, checkpoint_every: in steps.
         keep_checkpoints: how many recent checkpoints to keep.
         seed: seeds weights, dropout and data order.
+        max_train_minutes: stop early (checkpoint and export as at the end)
+            once this much wall time has gone into the loop.
     Returns:
         The export path.
     """
@@ -96,7 +100,11 @@ def train(
     writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
     step = int(model.optimizer.iterations.numpy())
     progress = ProgressLine(num_steps, global_batch_size, start_step=step)
+    deadline = time.monotonic() + 60 * max_train_minutes if max_train_minutes else None
     while step < num_steps:
+        if deadline and time.monotonic() > deadline:
+            print(f"Time budget of {max_train_minutes} minutes reached at step {step}.", flush=True)
+            break
         logs = step_fn(iterator)
         step += 1
         if step % log_every == 0 or step == num_steps:

@@ -1,0 +1,62 @@
+import keras
+import numpy as np
+import pytest
+
+from tf_msemb.training.lars import LARS
+
+
+def numpy_lars(w, grads, lr, momentum, wd, eta, adapt, nesterov=False):
+    """Reference implementation, one variable, several steps."""
+    w, v = w.astype(np.float64).copy(), np.zeros_like(w, dtype=np.float64)
+    for g in grads:
+        g = g.astype(np.float64)
+        step_lr = lr
+        if adapt:
+            g = g + wd * w
+            w_norm, g_norm = np.linalg.norm(w), np.linalg.norm(g)
+            step_lr = lr * (eta * w_norm / g_norm if w_norm > 0 and g_norm > 0 else 1.0)
+        v = momentum * v + step_lr * g
+        w = w - (momentum * v + step_lr * g if nesterov else v)
+    return w
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_matches_numpy_and_excludes_biases(nesterov):
+    rng = np.random.default_rng(0)
+    kernel0, bias0 = rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(4,)).astype(np.float32)
+    grads = [(rng.normal(size=(3, 4)).astype(np.float32), rng.normal(size=(4,)).astype(np.float32)) for _ in range(3)]
+    layer = keras.layers.Dense(4, name="dense")
+    layer.build((None, 3))
+    layer.kernel.assign(kernel0)
+    layer.bias.assign(bias0)
+    optimizer = LARS(learning_rate=0.5, momentum=0.9, weight_decay_rate=0.01, eta=0.02, nesterov=nesterov)
+    for gk, gb in grads:
+        optimizer.apply([gk, gb], [layer.kernel, layer.bias])
+    hyper = dict(lr=0.5, momentum=0.9, wd=0.01, eta=0.02, nesterov=nesterov)
+    expected_kernel = numpy_lars(kernel0, [g for g, _ in grads], adapt=True, **hyper)
+    expected_bias = numpy_lars(bias0, [g for _, g in grads], adapt=False, **hyper)
+    np.testing.assert_allclose(layer.kernel.numpy(), expected_kernel, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(layer.bias.numpy(), expected_bias, rtol=1e-5, atol=1e-6)
+    assert optimizer.adapts(layer.kernel) and not optimizer.adapts(layer.bias)
+
+
+def test_zero_weights_fall_back_to_plain_momentum():
+    w = keras.Variable(np.zeros((2, 2), np.float32), name="kernel")
+    optimizer = LARS(learning_rate=0.1, momentum=0.0, weight_decay_rate=0.0, eta=0.001)
+    optimizer.apply([np.ones((2, 2), np.float32)], [w])
+    np.testing.assert_allclose(w.numpy(), -0.1)
+
+
+def test_config_round_trip():
+    optimizer = LARS(learning_rate=0.3, momentum=0.8, weight_decay_rate=1e-5, eta=0.01, exclude=("bias",))
+    clone = LARS.from_config(optimizer.get_config())
+    assert clone.get_config() == optimizer.get_config()
+
+
+def test_factory_builds_lars_with_the_schedule():
+    from tf_msemb.training.optimizers import make_optimizer
+
+    optimizer = make_optimizer(total_steps=100, name="lars", learning_rate=0.02, weight_decay=1e-6, warmup_steps=10)
+    assert isinstance(optimizer, LARS)
+    assert optimizer.weight_decay_rate == 1e-6 and optimizer.momentum == 0.9
+    assert float(optimizer.learning_rate) == pytest.approx(0.002)
