@@ -1,13 +1,18 @@
 """Imports every module that declares gin configurables, and registers the
-tokenizers (which are plain Keras layers) so configs can name them."""
+tokenizers (plain Keras layers) and the dataset builders (passed, not
+called, as `train.dataset_fn`) so configs can name them."""
 
 import gin
 
+from tf_msemb.data.labeled_pairs import make_distributed_labeled_dataset
+from tf_msemb.data.pipeline import make_distributed_dataset
+from tf_msemb.data import labeled_pairs  # noqa: F401
 from tf_msemb.data import pipeline  # noqa: F401
 from tf_msemb.models import encoder  # noqa: F401
 from tf_msemb.models import pretrained  # noqa: F401
 from tf_msemb.objectives import ema_teacher_distillation  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
+from tf_msemb.objectives import siamese_similarity  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401
 from tf_msemb.text.tokenizers import SentencePieceTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
@@ -15,5 +20,7 @@ from tf_msemb.training import optimizers  # noqa: F401
 from tf_msemb.training import strategy  # noqa: F401
 from tf_msemb.training import trainer  # noqa: F401
 
+gin.external_configurable(make_distributed_dataset, module="tf_msemb.data")
+gin.external_configurable(make_distributed_labeled_dataset, module="tf_msemb.data")
 gin.external_configurable(SentencePieceTokenizer, module="tf_msemb.text")
 gin.external_configurable(WordPieceTokenizer, module="tf_msemb.text")

@@ -27,8 +27,8 @@ from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.retrieval import translation_accuracy
 from tf_msemb.evaluation.sts import cross_lingual
-from tf_msemb.evaluation.sts import read_stsb_csv
-from tf_msemb.evaluation.sts import read_stsb_tsv
+from tf_msemb.data.labeled_pairs import read_stsb_csv
+from tf_msemb.data.labeled_pairs import read_stsb_tsv
 from tf_msemb.evaluation.sts import similarity_correlations
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")

@@ -6,8 +6,8 @@ import pytest
 from conftest import SHARED_DATA
 from tf_msemb.data.text_files import CorpusError
 from tf_msemb.evaluation.sts import cross_lingual
-from tf_msemb.evaluation.sts import read_stsb_csv
-from tf_msemb.evaluation.sts import read_stsb_tsv
+from tf_msemb.data.labeled_pairs import read_stsb_csv
+from tf_msemb.data.labeled_pairs import read_stsb_tsv
 from tf_msemb.evaluation.sts import similarity_correlations
 
 

@@ -49,6 +49,10 @@ class BackboneEncoder(keras.Model):
         self.normalize = normalize
         self.pooling = make_pooling(self.pooling_spec, pooled_dim)
         self._needs_segments = "segment_ids" in backbone.input
+        # BERT's own [CLS] pooler is unused (token states are pooled here): freeze it.
+        for layer in backbone.layers:
+            if layer.name == "pooled_dense":
+                layer.trainable = False
 
     @property
     def output_dim(self):

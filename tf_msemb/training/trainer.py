@@ -28,6 +28,18 @@ def _make_step_function(model, strategy):
     return step
 
 
+def restore_encoder(encoder, source):
+    """Loads the `encoder` weights of another run's checkpoint into `encoder`."""
+    path = tf.train.latest_checkpoint(os.path.join(source, "checkpoints")) or source
+    if not tf.io.gfile.exists(path + ".index"):
+        raise FileNotFoundError(f"No checkpoint to initialize from at {source}")
+    if not encoder.built:
+        encoder.build({"token_ids": (None, None), "padding_mask": (None, None)})
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder)).restore(path)
+    status.expect_partial().assert_existing_objects_matched()
+    print(f"Initialized the encoder from {path}")
+
+
 @gin.configurable(denylist=["model_dir"])
 def train(
     model_dir,
@@ -43,6 +55,8 @@ def train(
     keep_checkpoints=3,
     seed=0,
     max_train_minutes=None,
+    dataset_fn=make_distributed_dataset,
+    init_from=None,
 ):
     """Trains `objective(encoder=...)` and exports the encoder.
 
@@ -65,6 +79,11 @@ def train(
         seed: seeds weights, dropout and data order.
         max_train_minutes: stop early (checkpoint and export as at the end)
             once this much wall time has gone into the loop.
+        dataset_fn: builds the distributed input: translation pairs by
+            default, `@make_distributed_labeled_dataset` for STS/NLI pairs.
+        init_from: a previous run's `model_dir` (or checkpoint path) whose
+            encoder weights initialize this run's encoder (seed 000 stage 2
+            starts from stage 1). Ignored when resuming.
     Returns:
         The export path.
     """
@@ -78,13 +97,13 @@ def train(
             tokenizer, student = load_pretrained(pretrained)
         else:
             student = encoder(vocabulary_size=tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length)
+        if init_from and not tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")):
+            restore_encoder(student, init_from)
         model = objective(encoder=student)
         model.build()
         model.compile(optimizer=make_optimizer(total_steps=num_steps))
         model.optimizer.build(model.trainable_variables)
-    dataset = make_distributed_dataset(
-        strategy, global_batch_size, tokenizer=tokenizer, seed=seed, **model.data_options()
-    )
+    dataset = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, **model.data_options())
     iterator = iter(dataset)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(

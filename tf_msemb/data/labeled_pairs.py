@@ -1,0 +1,125 @@
+"""Sentence pairs with a label: STS scores and NLI classes (monolingual stage 1, seed 000).
+
+Readers return `(sentences1, sentences2, targets)`; `make_labeled_dataset`
+turns them into batches `{"a": tokens, "b": tokens, "target": [b]}`.
+"""
+
+import csv
+import json
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.text_files import read_lines
+
+NLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}
+
+
+def read_stsb_tsv(path):
+    """STS benchmark TSV: genre, file, year, id, score, s1, s2 (extra trailing fields ignored)."""
+    first, second, scores = [], [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) < 7:
+            raise CorpusError(f"{path}:{number}: expected 7 tab-separated fields, got {len(fields)}.")
+        scores.append(float(fields[4]))
+        first.append(fields[5])
+        second.append(fields[6])
+    return first, second, np.array(scores, np.float64)
+
+
+def read_stsb_csv(path):
+    """Multilingual STS-b CSV: s1, s2, score; no header."""
+    rows = list(csv.reader(read_lines(path)))
+    bad = next((i for i, row in enumerate(rows, start=1) if len(row) != 3), None)
+    if bad:
+        raise CorpusError(f"{path}:{bad}: expected 3 comma-separated fields.")
+    return [r[0] for r in rows], [r[1] for r in rows], np.array([float(r[2]) for r in rows], np.float64)
+
+
+def read_nli_jsonl(path):
+    """SNLI / MultiNLI jsonl (`sentence1`, `sentence2`, `gold_label`); unlabeled (`-`) rows are skipped."""
+    first, second, labels = [], [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        try:
+            row = json.loads(line)
+            label = row["gold_label"]
+            if label not in NLI_LABELS:
+                continue
+            first.append(row["sentence1"])
+            second.append(row["sentence2"])
+        except (json.JSONDecodeError, KeyError) as e:
+            raise CorpusError(f"{path}:{number}: not an NLI record ({e}).") from None
+        labels.append(NLI_LABELS[label])
+    if not labels:
+        raise CorpusError(f"{path}: no labeled NLI pairs.")
+    return first, second, np.array(labels, np.int64)
+
+
+def load_nli_tfds(name="snli", split="train", data_dir=None):
+    """SNLI / MultiNLI through TensorFlow Datasets (downloads unless `data_dir` holds it).
+
+    TFDS labels are already 0 entailment, 1 neutral, 2 contradiction; -1 rows are skipped.
+    """
+    import tensorflow_datasets as tfds
+
+    dataset = tfds.load(name, split=split, data_dir=data_dir, download=data_dir is None)
+    first, second, labels = [], [], []
+    for row in tfds.as_numpy(dataset):
+        if row["label"] < 0:
+            continue
+        first.append(row["premise"].decode("utf-8"))
+        second.append(row["hypothesis"].decode("utf-8"))
+        labels.append(int(row["label"]))
+    return first, second, np.array(labels, np.int64)
+
+
+READERS = {"stsb_tsv": read_stsb_tsv, "stsb_csv": read_stsb_csv, "nli_jsonl": read_nli_jsonl}
+
+
+@gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed"])
+def make_labeled_dataset(
+    path,
+    tokenizer,
+    batch_size,
+    format="stsb_tsv",
+    score_scale=5.0,
+    shuffle_buffer=10_000,
+    seed=0,
+    repeat=True,
+    input_context=None,
+):
+    """Batches `{"a", "b": tokens, "target": [b]}` from a labeled pair file.
+
+    STS scores are divided by `score_scale` (to [0, 1], seed 000); NLI
+    targets are class ids. Under a strategy each input pipeline keeps every
+    n-th pair.
+    """
+    if format not in READERS:
+        raise ValueError(f"Unknown labeled-pair format {format!r}; choose from {sorted(READERS)}.")
+    first, second, targets = READERS[format](path)
+    targets = targets / score_scale if format.startswith("stsb") else targets
+    dataset = tf.data.Dataset.from_tensor_slices((first, second, targets.astype(np.float32)))
+    if input_context and input_context.num_input_pipelines > 1:
+        dataset = dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if repeat:
+        dataset = dataset.repeat()
+    if shuffle_buffer:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed)
+
+    def tokenize(a, b, target):
+        return {"a": tokenizer(a), "b": tokenizer(b), "target": target}
+
+    return dataset.batch(batch_size, drop_remainder=True).map(tokenize).prefetch(tf.data.AUTOTUNE)
+
+
+def make_distributed_labeled_dataset(strategy, global_batch_size, **kwargs):
+    """`make_labeled_dataset` under a strategy (per-replica batches)."""
+
+    def dataset_fn(input_context):
+        per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+        return make_labeled_dataset(batch_size=per_replica, input_context=input_context, **kwargs)
+
+    return strategy.distribute_datasets_from_function(dataset_fn)

@@ -1,0 +1,24 @@
+"""Siamese losses on labeled sentence pairs (SBERT; seed 000 stage 1, Sec. 5.1)."""
+
+from keras import ops
+
+
+def cosine_similarity(u, v):
+    u, v = ops.cast(u, "float32"), ops.cast(v, "float32")
+    norms = ops.sqrt(ops.sum(u * u, axis=-1) * ops.sum(v * v, axis=-1))
+    return ops.sum(u * v, axis=-1) / ops.maximum(norms, 1e-12)
+
+
+def cosine_mse_loss(u, v, gold):
+    """`mean((cos(u_i, v_i) - gold_i)^2)`, gold scaled to [0, 1] (STS-b regression)."""
+    return ops.mean(ops.square(cosine_similarity(u, v) - ops.cast(gold, "float32")))
+
+
+def pair_features(u, v):
+    """`(u, v, |u - v|)`, the classifier input of SBERT's NLI objective."""
+    return ops.concatenate([u, v, ops.abs(u - v)], axis=-1)
+
+
+def nli_softmax_loss(logits, labels):
+    """Mean cross-entropy of the 3-way NLI classifier on `pair_features`."""
+    return ops.mean(ops.sparse_categorical_crossentropy(ops.cast(labels, "int32"), logits, from_logits=True))
