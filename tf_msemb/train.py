@@ -6,15 +6,13 @@ seconds-long run (tiny model, few steps) to check a config end to end;
 strategies can be tried without accelerators.
 """
 
-import os
 import sys
 
-import gin
 from absl import app
 from absl import flags
 from absl import logging
 
-from tf_msemb import configurables  # noqa: F401  (registers every configurable)
+from tf_msemb.training.config import parse_config
 from tf_msemb.training.strategy import split_cpu
 from tf_msemb.training.trainer import train
 
@@ -25,30 +23,6 @@ flags.DEFINE_bool("smoke", False, "Shrink the recipe to a smoke run.")
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices.")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
-
-SMOKE_BINDINGS = (
-    "train.num_steps = 3",
-    "train.global_batch_size = 8",
-    "train.log_every = 1",
-    "SentenceEncoder.num_layers = 1",
-    "SentenceEncoder.hidden_dim = 32",
-    "SentenceEncoder.num_heads = 2",
-    "SentenceEncoder.intermediate_dim = 64",
-    "make_dataset.shuffle_buffer = 64",
-)
-
-
-def parse_config(gin_files, gin_params, smoke=False):
-    """Parses gin files and bindings; a bad binding becomes one readable error."""
-    for path in gin_files:
-        if not os.path.exists(path):
-            raise SystemExit(f"error: gin file not found: {path}")
-    bindings = list(gin_params) + (list(SMOKE_BINDINGS) if smoke else [])
-    try:
-        gin.parse_config_files_and_bindings(gin_files, bindings)
-    except Exception as e:  # gin raises many types (ValueError, TokenError, IOError, ...)
-        message = " ".join(str(e).split())
-        raise SystemExit(f"error: bad gin configuration: {message}") from None
 
 
 def main(argv):

@@ -85,7 +85,9 @@ def train(
             encoder weights initialize this run's encoder (seed 000 stage 2
             starts from stage 1). Ignored when resuming.
     Returns:
-        The export path.
+        `{"export": path, "steps": steps run now, "pairs_per_second": ...}`;
+        the rate is measured after the first log line, so start-up and
+        tracing do not count.
     """
     keras.utils.set_random_seed(seed)
     strategy = make_strategy(strategy)
@@ -120,6 +122,7 @@ def train(
     step = int(model.optimizer.iterations.numpy())
     progress = ProgressLine(num_steps, global_batch_size, start_step=step)
     deadline = time.monotonic() + 60 * max_train_minutes if max_train_minutes else None
+    first_step, steady_since, steady_step = step, None, step
     while step < num_steps:
         if deadline and time.monotonic() > deadline:
             print(f"Time budget of {max_train_minutes} minutes reached at step {step}.", flush=True)
@@ -137,10 +140,15 @@ def train(
                 tf.summary.scalar("pairs_per_second", steps_per_second * global_batch_size)
             for metric in model.metrics:
                 metric.reset_state()
+            if steady_since is None:
+                steady_since, steady_step = time.perf_counter(), step
         if step % checkpoint_every == 0 and step < num_steps:
             manager.save(checkpoint_number=step)
+    steady_rate = 0.0
+    if steady_since is not None:
+        steady_rate = (step - steady_step) * global_batch_size / (time.perf_counter() - steady_since)
     manager.save(checkpoint_number=step)
     writer.close()
     path = export_saved_model(tokenizer, model.encoder, os.path.join(model_dir, "export", "final"))
     print(f"Exported SavedModel: {path}")
-    return path
+    return {"export": path, "steps": step - first_step, "pairs_per_second": steady_rate}

@@ -1,0 +1,14 @@
+import re
+
+from conftest import REPO
+from test_quickstart import run
+
+
+def test_prints_throughput_and_peak_rss(tmp_path, spm_model, quickstart_records):
+    out = run([f"{REPO}/tools/bench_train.py", f"--gin_file={REPO}/configs/quickstart.gin", "--batch_size=8", "--steps=5",
+               f"--gin_param=SentencePieceTokenizer.model_file = '{spm_model}'",
+               f"--gin_param=make_dataset.corpora = ['{quickstart_records}']",
+               "--gin_param=SentenceEncoder.num_layers = 1"], tmp_path)
+    row = re.search(r"^precomputed\s+8\s+([\d.]+)\s+(\d+)$", out, flags=re.M)
+    assert row, out
+    assert float(row.group(1)) > 0 and int(row.group(2)) > 100

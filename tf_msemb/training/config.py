@@ -1,0 +1,31 @@
+"""Parsing gin configs with readable errors, and the smoke-run shrink switch."""
+
+import os
+
+import gin
+
+from tf_msemb import configurables  # noqa: F401  (registers every configurable)
+
+SMOKE_BINDINGS = (
+    "train.num_steps = 3",
+    "train.global_batch_size = 8",
+    "train.log_every = 1",
+    "SentenceEncoder.num_layers = 1",
+    "SentenceEncoder.hidden_dim = 32",
+    "SentenceEncoder.num_heads = 2",
+    "SentenceEncoder.intermediate_dim = 64",
+    "make_dataset.shuffle_buffer = 64",
+)
+
+
+def parse_config(gin_files, gin_params, smoke=False):
+    """Parses gin files and bindings; a bad binding becomes one readable error."""
+    for path in gin_files:
+        if not os.path.exists(path):
+            raise SystemExit(f"error: gin file not found: {path}")
+    bindings = list(gin_params) + (list(SMOKE_BINDINGS) if smoke else [])
+    try:
+        gin.parse_config_files_and_bindings(gin_files, bindings)
+    except Exception as e:  # gin raises many types (ValueError, TokenError, IOError, ...)
+        message = " ".join(str(e).split())
+        raise SystemExit(f"error: bad gin configuration: {message}") from None
