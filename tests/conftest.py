@@ -48,6 +48,8 @@ def quickstart_records(tmp_path_factory):
     return str(out / "qs.manifest.json")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def two_device_strategy():
+    """One strategy per process: separate MirroredStrategy objects reuse
+    collective instance keys and abort each other's all-gathers."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
