@@ -1,0 +1,74 @@
+import numpy as np
+import pytest
+
+from tf_msemb.evaluation.mining import best_threshold
+from tf_msemb.evaluation.mining import margin_candidates
+from tf_msemb.evaluation.mining import precision_recall_f1
+from tf_msemb.evaluation.mining import select
+
+
+def _unit(v):
+    v = np.asarray(v, np.float32)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def test_margins_by_hand():
+    # x0 = y0 exactly; x1 sits between y0 and y1.
+    x = _unit([[1.0, 0.0], [1.0, 1.0]])
+    y = _unit([[1.0, 0.0], [0.0, 1.0]])
+    c = np.sqrt(0.5)
+    # k = 2: mean_x = [(1 + 0)/2, (c + c)/2] = [0.5, c]; mean_y = [(1 + c)/2, (c + 0)/2].
+    mean_x, mean_y = np.array([0.5, c]), np.array([(1 + c) / 2, c / 2])
+    forward, backward = margin_candidates(x, y, k=2, margin="ratio")
+    # x0 -> y0: cos 1, denominator (mean_x0 + mean_y0)/2; x0 -> y1: cos 0 -> ratio 0.
+    assert forward[0][1:] == (0, 0)
+    assert forward[0][0] == pytest.approx(1.0 / ((mean_x[0] + mean_y[0]) / 2), rel=1e-5)
+    # x1 -> y1 wins: both cosines are c, but y1's neighbourhood is sparser (smaller mean).
+    assert forward[1][1:] == (1, 1)
+    assert forward[1][0] == pytest.approx(c / ((mean_x[1] + mean_y[1]) / 2), rel=1e-5)
+    distance, _ = margin_candidates(x, y, k=2, margin="distance")
+    assert distance[1][0] == pytest.approx(c - (mean_x[1] + mean_y[1]) / 2, rel=1e-5)
+    absolute, _ = margin_candidates(x, y, k=2, margin="absolute")
+    assert absolute[0][0] == pytest.approx(1.0, rel=1e-6)
+    assert backward[1][1:] == (1, 1)
+    with pytest.raises(ValueError, match="Unknown margin"):
+        margin_candidates(x, y, margin="cosine")
+
+
+def test_gold_pairs_are_recovered_from_noisy_pools():
+    rng = np.random.default_rng(0)
+    n, extra, dim = 50, 30, 32
+    x = _unit(rng.normal(size=(n + extra, dim)))
+    permutation = rng.permutation(n)
+    y = np.concatenate([x[:n][permutation] + 0.1 * rng.normal(size=(n, dim)), rng.normal(size=(extra, dim))])
+    y = _unit(y)
+    gold = {(int(permutation[j]), j) for j in range(n)}
+    forward, backward = margin_candidates(x, y, k=4)
+    for selection in ("intersect", "max"):
+        chosen = select(forward, backward, selection)
+        threshold, metrics = best_threshold(chosen, gold)
+        assert metrics["f1"] == pytest.approx(1.0), selection
+        kept = [(i, j) for s, i, j in chosen if s >= threshold]
+        assert precision_recall_f1(kept, gold)["f1"] == pytest.approx(1.0)
+    assert len(select(forward, backward, "forward")) == n + extra
+
+
+def test_selection_rules():
+    forward = [(0.9, 0, 0), (0.5, 1, 0), (0.4, 2, 2)]
+    backward = [(0.9, 0, 0), (0.3, 2, 1), (0.4, 2, 2)]
+    assert select(forward, backward, "intersect") == [(0.9, 0, 0), (0.4, 2, 2)]
+    # max: best first, each sentence at most once: (0,0), then (1,0) clashes on j=0, (2,2) kept.
+    assert select(forward, backward, "max") == [(0.9, 0, 0), (0.4, 2, 2)]
+    assert select(forward, backward, "backward")[0] == (0.9, 0, 0)
+    with pytest.raises(ValueError, match="Unknown selection"):
+        select(forward, backward, "union")
+
+
+def test_threshold_search_by_hand():
+    candidates = [(0.9, 0, 0), (0.8, 1, 1), (0.7, 2, 5), (0.6, 3, 3), (0.2, 4, 9)]
+    gold = {(0, 0), (1, 1), (3, 3), (7, 7)}
+    threshold, metrics = best_threshold(candidates, gold)
+    # keep >= 0.6: 3 hits of 4 predicted, 4 gold -> P = R = F1 = 0.75 (>= 0.8 gives P 1, R 0.5, F1 0.667).
+    assert threshold == 0.6
+    assert metrics == pytest.approx({"precision": 0.75, "recall": 0.75, "f1": 0.75})
+    assert precision_recall_f1([(0, 0), (2, 5)], gold) == pytest.approx({"precision": 0.5, "recall": 0.25, "f1": 1 / 3})

@@ -1,0 +1,109 @@
+"""BUCC-style bitext mining with margin scores (Artetxe & Schwenk 2019; seed 004 Sec. 6).
+
+For unit vectors `x` (source pool) and `y` (target pool), with `NN_k` the k
+nearest neighbours by cosine found with faiss in both directions:
+
+    margin(x, y) = f(cos(x, y), sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k)
+
+where `f(a, b)` is `a / b` (ratio), `a - b` (distance) or `a` (absolute).
+Candidates come from the forward (x -> y), backward (y -> x) searches, their
+intersection, or the max-score union with each sentence used once.
+"""
+
+import faiss
+import numpy as np
+
+MARGINS = {
+    "ratio": lambda a, b: a / b,
+    "distance": lambda a, b: a - b,
+    "absolute": lambda a, b: a,
+}
+SELECTIONS = ("forward", "backward", "intersect", "max")
+
+
+def knn(queries, pool, k):
+    """Exact inner-product k-NN: `(similarities [n, k], indices [n, k])`, best first."""
+    index = faiss.IndexFlatIP(pool.shape[1])
+    index.add(np.ascontiguousarray(pool, dtype=np.float32))
+    return index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(pool)))
+
+
+def margin_candidates(x, y, k=4, margin="ratio"):
+    """Forward and backward candidates with margin scores.
+
+    Returns `(forward, backward)`: arrays of `(score, i, j)` rows with `i`
+    indexing `x` and `j` indexing `y`; each query keeps its best-scoring
+    neighbour among its k nearest.
+    """
+    if margin not in MARGINS:
+        raise ValueError(f"Unknown margin {margin!r}; choose from {sorted(MARGINS)}.")
+    score = MARGINS[margin]
+    sim_xy, idx_xy = knn(x, y, k)
+    sim_yx, idx_yx = knn(y, x, k)
+    mean_x = sim_xy.mean(axis=1)  # sum_{z in NN_k(x)} cos(x, z) / k
+    mean_y = sim_yx.mean(axis=1)
+
+    def best(sims, idx, mean_query, mean_pool):
+        scores = score(sims, (mean_query[:, None] + mean_pool[idx]) / 2)
+        pick = np.argmax(scores, axis=1)
+        rows = np.arange(len(sims))
+        return scores[rows, pick], idx[rows, pick]
+
+    fwd_score, fwd_j = best(sim_xy, idx_xy, mean_x, mean_y)
+    bwd_score, bwd_i = best(sim_yx, idx_yx, mean_y, mean_x)
+    forward = [(float(s), i, int(j)) for i, (s, j) in enumerate(zip(fwd_score, fwd_j))]
+    backward = [(float(s), int(i), j) for j, (s, i) in enumerate(zip(bwd_score, bwd_i))]
+    return forward, backward
+
+
+def select(forward, backward, selection="intersect"):
+    """Combines directional candidates into `(score, i, j)` pairs, best first."""
+    if selection == "forward":
+        chosen = forward
+    elif selection == "backward":
+        chosen = backward
+    elif selection == "intersect":
+        backward_pairs = {(i, j) for _, i, j in backward}
+        chosen = [c for c in forward if (c[1], c[2]) in backward_pairs]
+    elif selection == "max":
+        chosen, used_i, used_j = [], set(), set()
+        for candidate in sorted(forward + backward, reverse=True):
+            _, i, j = candidate
+            if i not in used_i and j not in used_j:
+                chosen.append(candidate)
+                used_i.add(i)
+                used_j.add(j)
+    else:
+        raise ValueError(f"Unknown selection {selection!r}; choose from {SELECTIONS}.")
+    return sorted(chosen, reverse=True)
+
+
+def precision_recall_f1(predicted, gold):
+    """P, R, F1 of predicted `(i, j)` pairs against a gold set of pairs."""
+    predicted, gold = set(predicted), set(gold)
+    hits = len(predicted & gold)
+    precision = hits / len(predicted) if predicted else 0.0
+    recall = hits / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def best_threshold(candidates, gold):
+    """The score threshold that maximizes F1 when keeping candidates scoring >= it.
+
+    `candidates` are `(score, i, j)` rows; ties in score are kept or dropped together.
+    Returns `(threshold, metrics at that threshold)`.
+    """
+    gold = set(gold)
+    ordered = sorted(candidates, reverse=True)
+    best = (float("inf"), {"precision": 0.0, "recall": 0.0, "f1": 0.0})
+    hits = 0
+    for n, (score, i, j) in enumerate(ordered, start=1):
+        hits += (i, j) in gold
+        if n < len(ordered) and ordered[n][0] == score:
+            continue
+        precision, recall = hits / n, hits / len(gold) if gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if hits else 0.0
+        if f1 > best[1]["f1"]:
+            best = (score, {"precision": precision, "recall": recall, "f1": f1})
+    return best
