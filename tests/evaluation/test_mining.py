@@ -72,3 +72,15 @@ def test_threshold_search_by_hand():
     assert threshold == 0.6
     assert metrics == pytest.approx({"precision": 0.75, "recall": 0.75, "f1": 0.75})
     assert precision_recall_f1([(0, 0), (2, 5)], gold) == pytest.approx({"precision": 0.5, "recall": 0.25, "f1": 1 / 3})
+
+
+def test_seed004_rescorers_by_hand():
+    from tf_msemb.evaluation.mining import margin_scores
+
+    sims = np.array([[0.8, 0.6]])
+    mean_query, mean_candidates = np.array([0.7]), np.array([[0.5, 0.9]])
+    two_sided = np.array([[0.6, 0.8]])
+    np.testing.assert_allclose(margin_scores(sims, mean_query, mean_candidates, "rescore"), sims / two_sided + sims)
+    np.testing.assert_allclose(margin_scores(sims, mean_query, mean_candidates, "rescore_one_sided"),
+                               [[0.8 / 0.7 + 0.8, 0.6 / 0.7 + 0.6]])
+    np.testing.assert_allclose(margin_scores(sims, mean_query, mean_candidates, "distance"), [[0.2, -0.2]], atol=1e-12)

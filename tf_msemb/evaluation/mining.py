@@ -6,6 +6,9 @@ nearest neighbours by cosine found with faiss in both directions:
     margin(x, y) = f(cos(x, y), sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k)
 
 where `f(a, b)` is `a / b` (ratio), `a - b` (distance) or `a` (absolute).
+Seed 004's second-stage scorers add the cosine back: `a / b + a` (Eq. 9,
+`rescore`) and, with the one-directional margin `b = sum_{z in NN_k(x)} cos(x, z) / k`,
+Eq. 10 (`rescore_one_sided`).
 Candidates come from the forward (x -> y), backward (y -> x) searches, their
 intersection, or the max-score union with each sentence used once.
 """
@@ -13,11 +16,7 @@ intersection, or the max-score union with each sentence used once.
 import faiss
 import numpy as np
 
-MARGINS = {
-    "ratio": lambda a, b: a / b,
-    "distance": lambda a, b: a - b,
-    "absolute": lambda a, b: a,
-}
+MARGINS = ("ratio", "distance", "absolute", "rescore", "rescore_one_sided")
 SELECTIONS = ("forward", "backward", "intersect", "max")
 
 
@@ -28,6 +27,22 @@ def knn(queries, pool, k):
     return index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(pool)))
 
 
+def margin_scores(sims, mean_query, mean_candidates, margin):
+    """Scores of `[n, k]` cosines given each side's mean k-NN cosine."""
+    two_sided = (mean_query[:, None] + mean_candidates) / 2
+    if margin == "ratio":
+        return sims / two_sided
+    if margin == "distance":
+        return sims - two_sided
+    if margin == "absolute":
+        return sims
+    if margin == "rescore":
+        return sims / two_sided + sims
+    if margin == "rescore_one_sided":
+        return sims / mean_query[:, None] + sims
+    raise ValueError(f"Unknown margin {margin!r}; choose from {MARGINS}.")
+
+
 def margin_candidates(x, y, k=4, margin="ratio"):
     """Forward and backward candidates with margin scores.
 
@@ -36,15 +51,14 @@ def margin_candidates(x, y, k=4, margin="ratio"):
     neighbour among its k nearest.
     """
     if margin not in MARGINS:
-        raise ValueError(f"Unknown margin {margin!r}; choose from {sorted(MARGINS)}.")
-    score = MARGINS[margin]
+        raise ValueError(f"Unknown margin {margin!r}; choose from {MARGINS}.")
     sim_xy, idx_xy = knn(x, y, k)
     sim_yx, idx_yx = knn(y, x, k)
     mean_x = sim_xy.mean(axis=1)  # sum_{z in NN_k(x)} cos(x, z) / k
     mean_y = sim_yx.mean(axis=1)
 
     def best(sims, idx, mean_query, mean_pool):
-        scores = score(sims, (mean_query[:, None] + mean_pool[idx]) / 2)
+        scores = margin_scores(sims, mean_query, mean_pool[idx], margin)
         pick = np.argmax(scores, axis=1)
         rows = np.arange(len(sims))
         return scores[rows, pick], idx[rows, pick]
