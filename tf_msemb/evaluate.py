@@ -10,6 +10,12 @@ sts: Spearman and Pearson x100 of cosine vs gold, for each `--sts_tsv=FILE`
 CSVs in `--stsb_dir` (`stsb-<lang>-<split>.csv`; `en-de` pairs English
 sentence 1 with German sentence 2).
 
+mining: BUCC-style bitext mining. `--mining_train=SRC,TGT,GOLD` and
+`--mining_test=SRC,TGT,GOLD` name `id<TAB>sentence` files and an
+`id1<TAB>id2` gold file; the score threshold that maximizes F1 on train is
+applied to test. `--margin` (ratio, distance, absolute, rescore,
+rescore_one_sided), `--selection` (forward, backward, intersect, max), `--knn`.
+
 Results are printed as a table; `--output` writes them as JSON.
 """
 
@@ -25,6 +31,7 @@ from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.text_files import read_lines
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.evaluation import mining
 from tf_msemb.evaluation.retrieval import translation_accuracy
 from tf_msemb.evaluation.sts import cross_lingual
 from tf_msemb.data.labeled_pairs import read_stsb_csv
@@ -32,12 +39,17 @@ from tf_msemb.data.labeled_pairs import read_stsb_tsv
 from tf_msemb.evaluation.sts import similarity_correlations
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
-flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts"], "What to evaluate.")
+flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts", "mining"], "What to evaluate.")
 flags.DEFINE_multi_string("pair", [], "SRC_FILE,TGT_FILE of line-aligned sentences (retrieval).")
 flags.DEFINE_multi_string("sts_tsv", [], "An STS benchmark TSV file (sts).")
 flags.DEFINE_string("stsb_dir", None, "Directory of multilingual STS-b CSVs (sts).")
 flags.DEFINE_multi_string("stsb_pair", [], "Language pair of --stsb_dir, e.g. en-de or de-de (sts).")
 flags.DEFINE_string("split", "dev", "Split of the multilingual STS-b files (sts).")
+flags.DEFINE_string("mining_train", None, "SRC,TGT,GOLD files whose best-F1 threshold is chosen (mining).")
+flags.DEFINE_string("mining_test", None, "SRC,TGT,GOLD files scored with that threshold (mining).")
+flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score (mining).")
+flags.DEFINE_enum("selection", "intersect", list(mining.SELECTIONS), "Candidate selection (mining).")
+flags.DEFINE_integer("knn", 4, "Neighbours per direction (mining).")
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.mark_flag_as_required("model")
@@ -83,12 +95,39 @@ def evaluate_sts(model, sets, batch_size=64, verbose=True):
     return results
 
 
+def mine_split(model, spec, k=4, margin="ratio", selection="intersect", batch_size=64, verbose=True):
+    """Candidates `(score, src_id, tgt_id)` and the gold set of one `SRC,TGT,GOLD` split."""
+    paths = spec.split(",")
+    if len(paths) != 3:
+        raise CorpusError(f"{spec!r} is not SRC,TGT,GOLD.")
+    src_ids, src = mining.read_id_sentences(paths[0])
+    tgt_ids, tgt = mining.read_id_sentences(paths[1])
+    forward, backward = mining.margin_candidates(
+        encode(model, src, batch_size, verbose), encode(model, tgt, batch_size, verbose), k, margin
+    )
+    chosen = mining.select(forward, backward, selection)
+    return [(s, src_ids[i], tgt_ids[j]) for s, i, j in chosen], mining.read_gold(paths[2])
+
+
+def evaluate_mining(model, train_spec, test_spec, k=4, margin="ratio", selection="intersect", batch_size=64,
+                    verbose=True):
+    """P/R/F1 on train at its best threshold, and on test at that same threshold."""
+    candidates, gold = mine_split(model, train_spec, k, margin, selection, batch_size, verbose)
+    threshold, train_metrics = mining.best_threshold(candidates, gold)
+    results = {"train": train_metrics | {"threshold": threshold, "size": len(gold)}}
+    if test_spec:
+        candidates, gold = mine_split(model, test_spec, k, margin, selection, batch_size, verbose)
+        kept = [(i, j) for s, i, j in candidates if s >= threshold]
+        results["test"] = mining.precision_recall_f1(kept, gold) | {"threshold": threshold, "size": len(gold)}
+    return results
+
+
 def format_table(results, scale=1.0):
-    """One row per evaluated set, a column per metric (values times `scale`)."""
+    """One row per evaluated set, a column per metric (values times `scale`, thresholds as they are)."""
     columns = [c for c in next(iter(results.values())) if c != "size"]
     lines = [f"{'set':<40} {'size':>6} " + " ".join(f"{c:>9}" for c in columns)]
     for name, r in results.items():
-        values = " ".join(f"{scale * r[c]:>9.2f}" for c in columns)
+        values = " ".join(f"{r[c] if c == 'threshold' else scale * r[c]:>9.2f}" for c in columns)
         lines.append(f"{name[-40:]:<40} {r['size']:>6} {values}")
     return "\n".join(lines)
 
@@ -102,6 +141,11 @@ def main(argv):
             if not FLAGS.pair:
                 raise CorpusError("retrieval needs at least one --pair=SRC_FILE,TGT_FILE")
             results = evaluate_retrieval(load_model(FLAGS.model), FLAGS.pair, FLAGS.batch_size)
+        elif FLAGS.task == "mining":
+            if not FLAGS.mining_train:
+                raise CorpusError("mining needs --mining_train=SRC,TGT,GOLD (and usually --mining_test)")
+            results = evaluate_mining(load_model(FLAGS.model), FLAGS.mining_train, FLAGS.mining_test, FLAGS.knn,
+                                      FLAGS.margin, FLAGS.selection, FLAGS.batch_size)
         else:
             sets = sts_sets(FLAGS.sts_tsv, FLAGS.stsb_dir, FLAGS.stsb_pair, FLAGS.split)
             if not sets:
@@ -109,8 +153,8 @@ def main(argv):
             results = evaluate_sts(load_model(FLAGS.model), sets, FLAGS.batch_size)
     except (CorpusError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
-    # Accuracies are fractions; correlations are already x100.
-    print(format_table(results, scale=100.0 if FLAGS.task == "retrieval" else 1.0))
+    # Accuracies and P/R/F1 are fractions; correlations are already x100.
+    print(format_table(results, scale=1.0 if FLAGS.task == "sts" else 100.0))
     if FLAGS.output:
         with open(FLAGS.output, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

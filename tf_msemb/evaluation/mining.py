@@ -16,6 +16,9 @@ intersection, or the max-score union with each sentence used once.
 import faiss
 import numpy as np
 
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.text_files import read_lines
+
 MARGINS = ("ratio", "distance", "absolute", "rescore", "rescore_one_sided")
 SELECTIONS = ("forward", "backward", "intersect", "max")
 
@@ -121,3 +124,26 @@ def best_threshold(candidates, gold):
         if f1 > best[1]["f1"]:
             best = (score, {"precision": precision, "recall": recall, "f1": f1})
     return best
+
+
+def read_id_sentences(path):
+    """`id<TAB>sentence` lines (BUCC format) -> `(ids, sentences)`."""
+    ids, sentences = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        identifier, sep, sentence = line.partition("\t")
+        if not sep:
+            raise CorpusError(f"{path}:{number}: expected id<TAB>sentence.")
+        ids.append(identifier)
+        sentences.append(sentence)
+    return ids, sentences
+
+
+def read_gold(path):
+    """`id1<TAB>id2` lines -> a set of id pairs."""
+    pairs = set()
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise CorpusError(f"{path}:{number}: expected id1<TAB>id2.")
+        pairs.add((fields[0], fields[1]))
+    return pairs
