@@ -8,7 +8,8 @@ retrieval: Tatoeba-style accuracy for each `--pair=SRC_FILE,TGT_FILE`
 sts: Spearman and Pearson x100 of cosine vs gold, for each `--sts_tsv=FILE`
 (STS benchmark format) and each `--stsb_pair=L1-L2` of the multilingual STS-b
 CSVs in `--stsb_dir` (`stsb-<lang>-<split>.csv`; `en-de` pairs English
-sentence 1 with German sentence 2).
+sentence 1 with German sentence 2). `--joined` adds all sets scored as one
+pool and the language-bias difference (seed 001, Table 8).
 
 mining: BUCC-style bitext mining. `--mining_train=SRC,TGT,GOLD` and
 `--mining_test=SRC,TGT,GOLD` name `id<TAB>sentence` files and an
@@ -36,7 +37,9 @@ from tf_msemb.evaluation.retrieval import translation_accuracy
 from tf_msemb.evaluation.sts import cross_lingual
 from tf_msemb.data.labeled_pairs import read_stsb_csv
 from tf_msemb.data.labeled_pairs import read_stsb_tsv
-from tf_msemb.evaluation.sts import similarity_correlations
+from tf_msemb.evaluation.sts import correlations
+from tf_msemb.evaluation.sts import language_bias
+from tf_msemb.evaluation.sts import row_cosines
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
 flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts", "mining"], "What to evaluate.")
@@ -45,6 +48,7 @@ flags.DEFINE_multi_string("sts_tsv", [], "An STS benchmark TSV file (sts).")
 flags.DEFINE_string("stsb_dir", None, "Directory of multilingual STS-b CSVs (sts).")
 flags.DEFINE_multi_string("stsb_pair", [], "Language pair of --stsb_dir, e.g. en-de or de-de (sts).")
 flags.DEFINE_string("split", "dev", "Split of the multilingual STS-b files (sts).")
+flags.DEFINE_bool("joined", False, "Also score all STS sets as one pool and report the language bias (sts).")
 flags.DEFINE_string("mining_train", None, "SRC,TGT,GOLD files whose best-F1 threshold is chosen (mining).")
 flags.DEFINE_string("mining_test", None, "SRC,TGT,GOLD files scored with that threshold (mining).")
 flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score (mining).")
@@ -85,13 +89,19 @@ def sts_sets(tsv_files=(), stsb_dir=None, stsb_pairs=(), split="dev"):
     return sets
 
 
-def evaluate_sts(model, sets, batch_size=64, verbose=True):
-    """Returns `{name: {"spearman", "pearson", "size"}}` for each STS set."""
-    results = {}
+def evaluate_sts(model, sets, batch_size=64, verbose=True, joined=False):
+    """Returns `{name: {"spearman", "pearson", "size"}}` for each STS set.
+
+    With `joined`, two more rows: all sets scored as one pool, and the
+    language-bias difference (joined minus the mean of the separate sets).
+    """
+    results, scored = {}, []
     for name, (first, second, gold) in sets.items():
-        results[name] = similarity_correlations(
-            encode(model, first, batch_size, verbose), encode(model, second, batch_size, verbose), gold
-        )
+        cosine = row_cosines(encode(model, first, batch_size, verbose), encode(model, second, batch_size, verbose))
+        results[name] = correlations(cosine, gold)
+        scored.append((cosine, gold))
+    if joined:
+        results["joined"], results["language bias"] = language_bias(scored)
     return results
 
 
@@ -150,7 +160,7 @@ def main(argv):
             sets = sts_sets(FLAGS.sts_tsv, FLAGS.stsb_dir, FLAGS.stsb_pair, FLAGS.split)
             if not sets:
                 raise CorpusError("sts needs --sts_tsv=FILE or --stsb_dir=DIR with --stsb_pair=L1-L2")
-            results = evaluate_sts(load_model(FLAGS.model), sets, FLAGS.batch_size)
+            results = evaluate_sts(load_model(FLAGS.model), sets, FLAGS.batch_size, joined=FLAGS.joined)
     except (CorpusError, FileNotFoundError) as e:
         sys.exit(f"error: {e}")
     # Accuracies and P/R/F1 are fractions; correlations are already x100.
