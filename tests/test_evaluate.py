@@ -49,3 +49,16 @@ def test_mining_spec_errors(tmp_path):
     bad.write_text("no tab here\n")
     with pytest.raises(CorpusError, match=r"bad\.src:1"):
         evaluate_mining(number_model, f"{bad},{bad},{bad}", None, verbose=False)
+
+
+def test_sts_sets_pair_languages_row_by_row(tmp_path):
+    from tf_msemb.data.text_files import CorpusError
+    from tf_msemb.evaluate import sts_sets
+
+    (tmp_path / "stsb-en-dev.csv").write_text("A dog runs.,A dog is running.,4.5\n")
+    (tmp_path / "stsb-de-dev.csv").write_text("Ein Hund rennt.,Ein Hund rennt gerade.,4.5\n")
+    sets = sts_sets(stsb_dir=str(tmp_path), stsb_pairs=["en-de"])
+    first, second, gold = sets["stsb dev en-de"]
+    assert first == ["A dog runs."] and second == ["Ein Hund rennt gerade."] and list(gold) == [4.5]
+    with pytest.raises(CorpusError, match="L1-L2"):
+        sts_sets(stsb_dir=str(tmp_path), stsb_pairs=["en"])

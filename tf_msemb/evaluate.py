@@ -81,11 +81,11 @@ def sts_sets(tsv_files=(), stsb_dir=None, stsb_pairs=(), split="dev"):
     """`{name: (sentences1, sentences2, gold)}` for the requested STS sets."""
     sets = {os.path.basename(path): read_stsb_tsv(path) for path in tsv_files}
     for pair in stsb_pairs:
-        first, sep, second = pair.partition("-")
-        if not sep or stsb_dir is None:
+        languages = pair.split("-")
+        if len(languages) != 2 or stsb_dir is None:
             raise CorpusError(f"--stsb_pair={pair!r} needs the form L1-L2 and --stsb_dir.")
-        read = lambda lang: read_stsb_csv(os.path.join(stsb_dir, f"stsb-{lang}-{split}.csv"))
-        sets[f"stsb {split} {pair}"] = cross_lingual(read(first), read(second))
+        first, second = (read_stsb_csv(os.path.join(stsb_dir, f"stsb-{lang}-{split}.csv")) for lang in languages)
+        sets[f"stsb {split} {pair}"] = cross_lingual(first, second)
     return sets
 
 

@@ -121,6 +121,16 @@ class SentenceEncoder(keras.Model):
         return config
 
 
+TOKEN_SHAPES = {"token_ids": (None, None), "padding_mask": (None, None)}
+
+
+def ensure_built(encoder):
+    """Creates the weights of a tokens -> vectors model that has none yet; returns it."""
+    if not encoder.built:
+        encoder.build(TOKEN_SHAPES)
+    return encoder
+
+
 def l2_normalize(x, epsilon=1e-12):
     """Unit vectors along the last axis; a zero vector stays finite."""
     x = ops.cast(x, "float32")

@@ -8,6 +8,7 @@ import tensorflow as tf
 from keras import ops
 
 from tf_msemb.losses.distillation import distillation_mse
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.objectives.cross_replica import num_replicas
 
 
@@ -29,8 +30,7 @@ def _first_replica_state(next_creator, **kwargs):
 def clone_as_state(encoder):
     """A weight-for-weight copy of `encoder` whose variables are non-trained state."""
     with tf.variable_creator_scope(_first_replica_state):
-        clone = encoder.__class__.from_config(encoder.get_config())
-        clone.build({"token_ids": (None, None), "padding_mask": (None, None)})
+        clone = ensure_built(encoder.__class__.from_config(encoder.get_config()))
     clone.set_weights(encoder.get_weights())
     clone.trainable = False
     return clone
@@ -62,9 +62,7 @@ class EMATeacherDistillation(keras.Model):
         self.tau_base = tau_base
         self.schedule = schedule
         self.frozen = frozen
-        if not encoder.built:
-            encoder.build({"token_ids": (None, None), "padding_mask": (None, None)})
-        self.teacher = clone_as_state(encoder)
+        self.teacher = clone_as_state(ensure_built(encoder))
         self._pairs = [
             (t, s) for t, s in zip(self.teacher.weights, encoder.weights) if "float" in str(s.dtype)
         ]

@@ -5,6 +5,7 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.losses.distillation import multilingual_distillation_loss
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.cross_replica import num_replicas
@@ -61,11 +62,9 @@ class MultilingualDistillation(keras.Model):
         return {"teacher_tokenizer": self.teacher_tokenizer}
 
     def build(self, inputs_shape=None):
-        shape = {"token_ids": (None, None), "padding_mask": (None, None)}
-        if not self.encoder.built:
-            self.encoder.build(shape)
-        if self.teacher is not None and not self.teacher.built:
-            self.teacher.build(shape)
+        ensure_built(self.encoder)
+        if self.teacher is not None:
+            ensure_built(self.teacher)
         self.built = True
 
     @property

@@ -8,6 +8,7 @@ from tf_msemb.losses.siamese import cosine_mse_loss
 from tf_msemb.losses.siamese import cosine_similarity
 from tf_msemb.losses.siamese import nli_softmax_loss
 from tf_msemb.losses.siamese import pair_features
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.objectives.cross_replica import num_replicas
 
 
@@ -37,8 +38,7 @@ class SiameseSimilarity(keras.Model):
         return {}
 
     def build(self, inputs_shape=None):
-        if not self.encoder.built:
-            self.encoder.build({"token_ids": (None, None), "padding_mask": (None, None)})
+        ensure_built(self.encoder)
         if self.classifier is not None:
             self.classifier.build((None, 3 * self.encoder.output_dim))
         self.built = True

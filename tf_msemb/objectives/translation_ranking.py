@@ -5,6 +5,7 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.cross_replica import gather_candidates
 from tf_msemb.objectives.cross_replica import num_replicas
@@ -37,8 +38,7 @@ class TranslationRanking(keras.Model):
         return {}
 
     def build(self, inputs_shape=None):
-        if not self.encoder.built:
-            self.encoder.build({"token_ids": (None, None), "padding_mask": (None, None)})
+        ensure_built(self.encoder)
         self.built = True
 
     @property

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.training.optimizers import make_optimizer
 from tf_msemb.training.progress import ProgressLine
@@ -33,9 +34,7 @@ def restore_encoder(encoder, source):
     path = tf.train.latest_checkpoint(os.path.join(source, "checkpoints")) or source
     if not tf.io.gfile.exists(path + ".index"):
         raise FileNotFoundError(f"No checkpoint to initialize from at {source}")
-    if not encoder.built:
-        encoder.build({"token_ids": (None, None), "padding_mask": (None, None)})
-    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder)).restore(path)
+    status = tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=ensure_built(encoder))).restore(path)
     status.expect_partial().assert_existing_objects_matched()
     print(f"Initialized the encoder from {path}")
 
