@@ -5,6 +5,8 @@ import pytest
 
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
 from tf_msemb.data.labeled_pairs import read_nli_jsonl
+from tf_msemb.data.labeled_pairs import read_semeval_sts
+from tf_msemb.data.labeled_pairs import semeval_sts_tracks
 from tf_msemb.data.text_files import CorpusError
 
 
@@ -27,6 +29,34 @@ def test_nli_jsonl(tmp_path):
     bad.write_text('{"sentence1": "x"}\n')
     with pytest.raises(CorpusError, match=r"bad\.jsonl:1"):
         read_nli_jsonl(str(bad))
+
+
+def _semeval(tmp_path, track, pairs, scores):
+    (tmp_path / f"STS.input.{track}.txt").write_text("".join(f"{a}\t{b}\n" for a, b in pairs))
+    (tmp_path / f"STS.gs.{track}.txt").write_text("".join(f"{s}\n" for s in scores))
+
+
+def test_semeval_sts_tracks_pair_inputs_with_gold_and_skip_unscored(tmp_path):
+    _semeval(tmp_path, "track1.ar-ar", [("a", "b"), ("c", "d"), ("e", "f")], ["4.2", "", "0"])
+    _semeval(tmp_path, "track4a.es-en", [("uno", "one")], ["5"])
+    tracks = semeval_sts_tracks(str(tmp_path))
+    assert list(tracks) == ["track1.ar-ar", "track4a.es-en"]
+    first, second, gold = read_semeval_sts(*tracks["track1.ar-ar"])
+    assert first == ["a", "e"] and second == ["b", "f"] and list(gold) == [4.2, 0.0]
+
+
+def test_semeval_sts_errors_name_the_file(tmp_path):
+    _semeval(tmp_path, "track2", [("a", "b"), ("c", "d")], ["1"])
+    with pytest.raises(CorpusError, match="has 2 lines but .*STS.gs.track2.txt has 1"):
+        read_semeval_sts(*semeval_sts_tracks(str(tmp_path))["track2"])
+    (tmp_path / "STS.input.track3.txt").write_text("a\tb\n")
+    with pytest.raises(CorpusError, match="no gold file .*STS.gs.track3.txt"):
+        semeval_sts_tracks(str(tmp_path))
+    with pytest.raises(CorpusError, match="directory not found: .*missing"):
+        semeval_sts_tracks(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match="No STS.input"):
+        semeval_sts_tracks(str(tmp_path / "empty"))
 
 
 def test_sts_batches_scale_scores(tokenizer, tmp_path):

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tf_msemb.evaluation.mining import best_threshold
+from tf_msemb.evaluation.mining import candidates_from_knn
 from tf_msemb.evaluation.mining import margin_candidates
 from tf_msemb.evaluation.mining import precision_recall_f1
 from tf_msemb.evaluation.mining import select
@@ -84,3 +85,24 @@ def test_seed004_rescorers_by_hand():
     np.testing.assert_allclose(margin_scores(sims, mean_query, mean_candidates, "rescore_one_sided"),
                                [[0.8 / 0.7 + 0.8, 0.6 / 0.7 + 0.6]])
     np.testing.assert_allclose(margin_scores(sims, mean_query, mean_candidates, "distance"), [[0.2, -0.2]], atol=1e-12)
+
+
+def test_unfilled_neighbours_are_ignored():
+    # x0's second neighbour was not found (id -1, NaN): its mean uses the one it has.
+    forward_knn = (np.array([[0.9, np.nan]], np.float32), np.array([[0, -1]]))
+    backward_knn = (np.array([[0.9, 0.5]], np.float32), np.array([[0, 0]]))
+    forward, backward = candidates_from_knn(forward_knn, backward_knn, "ratio")
+    assert forward == [(pytest.approx(0.9 / ((0.9 + 0.7) / 2)), 0, 0)]
+    assert backward[0][1:] == (0, 0)
+
+
+def test_approximate_index_mines_the_same_pairs():
+    rng = np.random.default_rng(1)
+    y = _unit(rng.standard_normal((500, 16)))
+    x = _unit(y[:300] + 0.1 * rng.standard_normal((300, 16)))
+    exact = select(*margin_candidates(x, y, k=4), "intersect")
+    approximate = select(*margin_candidates(x, y, k=4, index="ivf", nprobe=4), "intersect")
+    exact_pairs = {(i, j) for _, i, j in exact}
+    approximate_pairs = {(i, j) for _, i, j in approximate}
+    assert len(exact_pairs & approximate_pairs) >= 0.95 * len(exact_pairs)
+    assert {(i, i) for i in range(300)} >= exact_pairs and len(exact_pairs) > 280

@@ -6,6 +6,7 @@ turns them into batches `{"a": tokens, "b": tokens, "target": [b]}`.
 
 import csv
 import json
+import os
 
 import gin
 import numpy as np
@@ -37,6 +38,47 @@ def read_stsb_csv(path):
     if bad:
         raise CorpusError(f"{path}:{bad}: expected 3 comma-separated fields.")
     return [r[0] for r in rows], [r[1] for r in rows], np.array([float(r[2]) for r in rows], np.float64)
+
+
+def read_semeval_sts(input_path, gold_path):
+    """SemEval STS track files: `STS.input.*.txt` (s1<TAB>s2[<TAB>...]) and `STS.gs.*.txt` (one score a line).
+
+    Pairs whose gold line is blank (left unscored by the organizers) are skipped.
+    """
+    inputs, gold = read_lines(input_path), read_lines(gold_path)
+    if len(inputs) != len(gold):
+        raise CorpusError(f"{input_path} has {len(inputs)} lines but {gold_path} has {len(gold)}.")
+    first, second, scores = [], [], []
+    for number, (line, score) in enumerate(zip(inputs, gold), start=1):
+        if not score.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise CorpusError(f"{input_path}:{number}: expected sentence1<TAB>sentence2.")
+        try:
+            scores.append(float(score))
+        except ValueError:
+            raise CorpusError(f"{gold_path}:{number}: {score!r} is not a score.") from None
+        first.append(fields[0])
+        second.append(fields[1])
+    return first, second, np.array(scores, np.float64)
+
+
+def semeval_sts_tracks(directory):
+    """`{track: (input_path, gold_path)}` for every `STS.input.<track>.txt` with its `STS.gs.<track>.txt`."""
+    if not os.path.isdir(directory):
+        raise CorpusError(f"SemEval STS directory not found: {directory}")
+    tracks = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("STS.input.") and name.endswith(".txt"):
+            track = name[len("STS.input.") : -len(".txt")]
+            gold = os.path.join(directory, f"STS.gs.{track}.txt")
+            if not os.path.exists(gold):
+                raise CorpusError(f"{os.path.join(directory, name)} has no gold file {gold}.")
+            tracks[track] = (os.path.join(directory, name), gold)
+    if not tracks:
+        raise CorpusError(f"No STS.input.*.txt files in {directory}.")
+    return tracks
 
 
 def read_nli_jsonl(path):

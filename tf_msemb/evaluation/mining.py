@@ -13,21 +13,14 @@ Candidates come from the forward (x -> y), backward (y -> x) searches, their
 intersection, or the max-score union with each sentence used once.
 """
 
-import faiss
 import numpy as np
 
 from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.text_files import read_lines
+from tf_msemb.evaluation import search
 
 MARGINS = ("ratio", "distance", "absolute", "rescore", "rescore_one_sided")
 SELECTIONS = ("forward", "backward", "intersect", "max")
-
-
-def knn(queries, pool, k):
-    """Exact inner-product k-NN: `(similarities [n, k], indices [n, k])`, best first."""
-    index = faiss.IndexFlatIP(pool.shape[1])
-    index.add(np.ascontiguousarray(pool, dtype=np.float32))
-    return index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, len(pool)))
 
 
 def margin_scores(sims, mean_query, mean_candidates, margin):
@@ -46,22 +39,33 @@ def margin_scores(sims, mean_query, mean_candidates, margin):
     raise ValueError(f"Unknown margin {margin!r}; choose from {MARGINS}.")
 
 
-def margin_candidates(x, y, k=4, margin="ratio"):
+def margin_candidates(x, y, k=4, margin="ratio", index="exact", **search_options):
     """Forward and backward candidates with margin scores.
 
-    Returns `(forward, backward)`: arrays of `(score, i, j)` rows with `i`
-    indexing `x` and `j` indexing `y`; each query keeps its best-scoring
-    neighbour among its k nearest.
+    `x` and `y` are unit-vector pools (arrays or memmaps); `index` and
+    `search_options` go to `search.knn`. Returns `(forward, backward)`: lists
+    of `(score, i, j)` rows with `i` indexing `x` and `j` indexing `y`; each
+    query keeps its best-scoring neighbour among its k nearest.
     """
     if margin not in MARGINS:
         raise ValueError(f"Unknown margin {margin!r}; choose from {MARGINS}.")
-    sim_xy, idx_xy = knn(x, y, k)
-    sim_yx, idx_yx = knn(y, x, k)
-    mean_x = sim_xy.mean(axis=1)  # sum_{z in NN_k(x)} cos(x, z) / k
-    mean_y = sim_yx.mean(axis=1)
+    forward_knn = search.knn(x, y, k, index, **search_options)
+    backward_knn = search.knn(y, x, k, index, **search_options)
+    return candidates_from_knn(forward_knn, backward_knn, margin)
+
+
+def candidates_from_knn(forward_knn, backward_knn, margin="ratio"):
+    """`margin_candidates` from precomputed `(sims, ids)` k-NN both ways.
+
+    Neighbours an approximate index left unfilled (id -1, similarity NaN) are
+    ignored in the means and never chosen.
+    """
+    (sim_xy, idx_xy), (sim_yx, idx_yx) = forward_knn, backward_knn
+    mean_x = np.nanmean(sim_xy, axis=1)  # sum_{z in NN_k(x)} cos(x, z) / k
+    mean_y = np.nanmean(sim_yx, axis=1)
 
     def best(sims, idx, mean_query, mean_pool):
-        scores = margin_scores(sims, mean_query, mean_pool[idx], margin)
+        scores = np.where(idx < 0, -np.inf, margin_scores(sims, mean_query, mean_pool[idx], margin))
         pick = np.argmax(scores, axis=1)
         rows = np.arange(len(sims))
         return scores[rows, pick], idx[rows, pick]

@@ -1,0 +1,70 @@
+"""Zero-shot cross-lingual classification (MLDoc / Amazon reviews style).
+
+A small MLP is trained on frozen embeddings of language A and tested, as it
+is, on language B: the score measures how well the embedding space aligns
+languages, not how well the classifier is tuned. Results are the mean and
+standard deviation over several seeds.
+"""
+
+import keras
+import numpy as np
+
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.text_files import read_lines
+
+
+def read_labeled_texts(path):
+    """`label<TAB>text` lines -> `(labels, texts)`."""
+    labels, texts = [], []
+    for number, line in enumerate(read_lines(path), start=1):
+        label, sep, text = line.partition("\t")
+        if not sep or not label:
+            raise CorpusError(f"{path}:{number}: expected label<TAB>text.")
+        labels.append(label)
+        texts.append(text)
+    return labels, texts
+
+
+def make_classifier(num_classes, hidden_units=256, dropout=0.2):
+    """One hidden ReLU layer with dropout, softmax over `num_classes`."""
+    return keras.Sequential(
+        [
+            keras.layers.Dense(hidden_units, activation="relu"),
+            keras.layers.Dropout(dropout),
+            keras.layers.Dense(num_classes, activation="softmax"),
+        ]
+    )
+
+
+def zero_shot_transfer(train, tests, seeds=(0, 1, 2, 3, 4), hidden_units=256, dropout=0.2, epochs=30,
+                       batch_size=32, learning_rate=1e-3):
+    """Trains on `train` and scores each of `tests`, once per seed.
+
+    `train` is `(embeddings [n, d], labels)` and `tests` is
+    `{name: (embeddings, labels)}`; labels are strings. Returns
+    `{name: {"accuracy": mean, "std": std over seeds, "size": n}}`.
+    """
+    classes = sorted(set(train[1]))
+    index = {label: i for i, label in enumerate(classes)}
+    for name, (_, labels) in tests.items():
+        unseen = sorted(set(labels) - set(classes))
+        if unseen:
+            raise CorpusError(f"Test set {name} has labels never seen in training: {unseen[:5]}.")
+    train_x, train_y = np.asarray(train[0], np.float32), np.array([index[y] for y in train[1]])
+    accuracies = {name: [] for name in tests}
+    for seed in seeds:
+        keras.utils.set_random_seed(seed)
+        model = make_classifier(len(classes), hidden_units, dropout)
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
+        model.fit(train_x, train_y, batch_size=batch_size, epochs=epochs, verbose=0)
+        for name, (x, labels) in tests.items():
+            predicted = np.argmax(model.predict(np.asarray(x, np.float32), batch_size=256, verbose=0), axis=1)
+            accuracies[name].append(float(np.mean(predicted == [index[y] for y in labels])))
+    return {
+        name: {"accuracy": float(np.mean(a)), "std": float(np.std(a)), "size": len(tests[name][1])}
+        for name, a in accuracies.items()
+    }

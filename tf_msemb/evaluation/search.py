@@ -1,0 +1,122 @@
+"""Nearest-neighbour search over unit vectors with faiss, exact or approximate.
+
+Every index scores by inner product (cosine for unit vectors). The pool may be
+any array-like with `shape` and slicing, such as a float16 `np.memmap`: it is
+read and converted to float32 one chunk at a time, so memory stays bounded by
+the chunk size plus the index itself (nothing for `exact`, the float32 pool
+for `ivf` and `hnsw`, `pq_bytes` per vector for `ivfpq`).
+"""
+
+import math
+
+import faiss
+import keras
+import numpy as np
+
+INDEXES = ("exact", "ivf", "ivfpq", "hnsw")
+
+
+def _float32(chunk):
+    return np.ascontiguousarray(chunk, dtype=np.float32)
+
+
+def _chunks(n, chunk_size):
+    return [(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
+
+
+def _merge_top_k(sims, ids, new_sims, new_ids, k):
+    """Keeps the k best of two `[n, *]` result sets, best first."""
+    sims = np.concatenate([sims, new_sims], axis=1)
+    ids = np.concatenate([ids, new_ids], axis=1)
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+
+def exact_knn(queries, pool, k, chunk_size=100_000, verbose=False):
+    """Exact k-NN of every query in `pool`, reading both in chunks.
+
+    Returns `(similarities [n, k], indices [n, k])`, best first. Each pool chunk
+    is searched by all queries and the running top-k merged, so the same
+    answer as one flat index comes out with `chunk_size` rows of pool in memory.
+    """
+    k = min(k, len(pool))
+    sims = np.full((len(queries), 0), -np.inf, np.float32)
+    ids = np.zeros((len(queries), 0), np.int64)
+    pool_chunks = _chunks(len(pool), chunk_size)
+    progress = keras.utils.Progbar(len(pool_chunks) * len(queries), unit_name="query", verbose=1 if verbose else 0)
+    for start, end in pool_chunks:
+        index = faiss.IndexFlatIP(pool.shape[1])
+        index.add(_float32(pool[start:end]))
+        chunk_sims, chunk_ids = [], []
+        for q_start, q_end in _chunks(len(queries), chunk_size):
+            s, i = index.search(_float32(queries[q_start:q_end]), min(k, end - start))
+            chunk_sims.append(s)
+            chunk_ids.append(i + start)
+            progress.add(q_end - q_start)
+        sims, ids = _merge_top_k(sims, ids, np.concatenate(chunk_sims), np.concatenate(chunk_ids), k)
+    return sims, ids
+
+
+def build_index(pool, kind="ivf", nlist=None, pq_bytes=64, hnsw_neighbors=32, chunk_size=100_000, seed=0,
+                verbose=False):
+    """An approximate inner-product faiss index over `pool` (added chunk by chunk).
+
+    `ivf`: inverted lists of raw vectors over `nlist` k-means cells (default
+    about 4 sqrt(n)); `ivfpq`: the same cells holding product-quantized codes
+    of `pq_bytes` bytes per vector (`dim` must be divisible by it); `hnsw`: a
+    graph with `hnsw_neighbors` links per node. Cells and codebooks are
+    trained on a random sample of 40 points per cell (at least 10,000).
+    """
+    n, dim = pool.shape
+    if kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_neighbors, faiss.METRIC_INNER_PRODUCT)
+    elif kind in ("ivf", "ivfpq"):
+        # faiss wants >= 39 training points per cell; small pools get fewer cells.
+        nlist = max(1, min(nlist or int(4 * math.sqrt(n)), n // 39))
+        quantizer = faiss.IndexFlatIP(dim)
+        if kind == "ivf":
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        else:
+            if dim % pq_bytes:
+                raise ValueError(f"pq_bytes={pq_bytes} must divide the embedding dim {dim}.")
+            bits = max(1, min(8, int(math.log2(max(2, n // 39)))))
+            index = faiss.IndexIVFPQ(quantizer, dim, nlist, pq_bytes, bits, faiss.METRIC_INNER_PRODUCT)
+        sample = np.sort(np.random.default_rng(seed).choice(n, size=min(n, max(40 * nlist, 10_000)), replace=False))
+        index.train(_float32(pool[sample]))
+    else:
+        raise ValueError(f"Unknown index {kind!r}; choose from {INDEXES}.")
+    progress = keras.utils.Progbar(n, unit_name="vector", verbose=1 if verbose else 0)
+    for start, end in _chunks(n, chunk_size):
+        index.add(_float32(pool[start:end]))
+        progress.add(end - start)
+    return index
+
+
+def search_index(index, queries, k, nprobe=16, ef_search=128, chunk_size=100_000, verbose=False):
+    """Approximate k-NN of `queries` in a `build_index` index, best first.
+
+    Neighbours the index could not fill (fewer than k vectors in the probed
+    cells) come back with similarity NaN and index -1.
+    """
+    if hasattr(index, "nprobe"):
+        index.nprobe = min(nprobe, index.nlist)
+    if hasattr(index, "hnsw"):
+        index.hnsw.efSearch = max(ef_search, k)
+    k = min(k, index.ntotal)
+    sims, ids = [], []
+    progress = keras.utils.Progbar(len(queries), unit_name="query", verbose=1 if verbose else 0)
+    for start, end in _chunks(len(queries), chunk_size):
+        s, i = index.search(_float32(queries[start:end]), k)
+        sims.append(np.where(i < 0, np.nan, s).astype(np.float32))
+        ids.append(i)
+        progress.add(end - start)
+    return np.concatenate(sims), np.concatenate(ids)
+
+
+def knn(queries, pool, k, index="exact", chunk_size=100_000, verbose=False, **index_options):
+    """k-NN of `queries` in `pool` with the named `index` (see `INDEXES`)."""
+    if index == "exact":
+        return exact_knn(queries, pool, k, chunk_size, verbose)
+    search_options = {key: index_options.pop(key) for key in ("nprobe", "ef_search") if key in index_options}
+    built = build_index(pool, index, chunk_size=chunk_size, verbose=verbose, **index_options)
+    return search_index(built, queries, k, chunk_size=chunk_size, verbose=verbose, **search_options)
