@@ -2,6 +2,8 @@
 starts, so strategy tests can run several replicas on this machine."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -18,6 +20,33 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 def corpus_file(split, lang):
     return os.path.join(CORPUS, f"{split}.{lang}.txt")
+
+
+def run(args, cwd):
+    """Runs `python args...` in `cwd`; fails the test with its stderr unless it exits 0."""
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def quickstart_run(tmp_path_factory):
+    """The quickstart recipe run once through its command lines, as `make quickstart` does.
+
+    Returns `(work_dir, {step: stdout})`; the model is `work_dir/runs/quickstart/model`.
+    """
+    work = tmp_path_factory.mktemp("quickstart")
+    tools = os.path.join(REPO, "tools")
+    outputs = {
+        "spm": run([f"{tools}/train_spm.py", *[f"--input={corpus_file('train', l)}" for l in LANGS],
+                    "--languages=en,de,fr,es", "--vocab_size=1000", "--model_prefix=runs/quickstart/spm/quickstart"],
+                   work),
+        "records": run([f"{tools}/make_tfrecords.py", *[f"--input={l}:{corpus_file('train', l)}" for l in LANGS],
+                        "--pivot=en", "--output_dir=runs/quickstart/data", "--prefix=quickstart"], work),
+        "train": run(["-m", "tf_msemb.train", f"--gin_file={REPO}/configs/quickstart.gin",
+                      "--model_dir=runs/quickstart/model"], work),
+    }
+    return work, outputs
 
 
 @pytest.fixture(scope="session")

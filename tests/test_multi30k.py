@@ -8,7 +8,7 @@ import pytest
 from conftest import SHARED_DATA
 from tf_msemb.evaluate import evaluate_retrieval
 from tf_msemb.evaluation.encoding import load_model
-from test_quickstart import run
+from conftest import run
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 LANGS = ("en", "de", "fr", "cs")

@@ -1,38 +1,81 @@
-"""The quickstart recipe end to end, as `make quickstart` runs it (in a temp dir)."""
+"""The quickstart recipe end to end, as `make quickstart` runs it, and the evaluation CLI on its model."""
 
 import json
-import os
-import subprocess
-import sys
+import pathlib
+import re
 
-from conftest import CORPUS
-from conftest import LANGS
-from conftest import REPO
+from conftest import CORPUS as CORPUS_DIR
+from conftest import run
 
-
-def run(args, cwd):
-    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
+CORPUS = pathlib.Path(CORPUS_DIR)
 
 
-def test_quickstart_trains_exports_and_retrieves_held_out_translations(tmp_path):
-    tools = os.path.join(REPO, "tools")
-    run([f"{tools}/train_spm.py", *[f"--input={CORPUS}/train.{l}.txt" for l in LANGS], "--languages=en,de,fr,es",
-         "--vocab_size=1000", "--model_prefix=runs/quickstart/spm/quickstart"], tmp_path)
-    out = run([f"{tools}/make_tfrecords.py", *[f"--input={l}:{CORPUS}/train.{l}.txt" for l in LANGS], "--pivot=en",
-               "--output_dir=runs/quickstart/data", "--prefix=quickstart"], tmp_path)
-    assert "en-de: wrote 390 pairs" in out
-    out = run(["-m", "tf_msemb.train", f"--gin_file={REPO}/configs/quickstart.gin", "--model_dir=runs/quickstart/model"],
-              tmp_path)
-    assert "step 400/400" in out and "Exported SavedModel: runs/quickstart/model/export/final" in out
+def test_quickstart_trains_exports_and_retrieves_held_out_translations(quickstart_run):
+    work, outputs = quickstart_run
+    assert "en-de: wrote 390 pairs" in outputs["records"]
+    assert "step 400/400" in outputs["train"]
+    assert "Exported SavedModel: runs/quickstart/model/export/final" in outputs["train"]
     pairs = [f"--pair={CORPUS}/heldout.en.txt,{CORPUS}/heldout.{l}.txt" for l in ("de", "fr", "es")]
     out = run(["-m", "tf_msemb.evaluate", "--model=runs/quickstart/model", "--task=retrieval",
-               "--output=result.json", *pairs], tmp_path)
+               "--output=result.json", *pairs], work)
     assert "heldout.en.txt / heldout.de.txt" in out
-    results = json.loads((tmp_path / "result.json").read_text())
+    results = json.loads((work / "result.json").read_text())
     assert len(results) == 3
     for name, r in results.items():
         assert r["size"] == 110
         # Chance is 1/110; a working model finds most translations.
         assert r["mean"] > 0.6, (name, r)
+
+
+PLACES = ("market", "village", "station", "kitchen", "Sunday", "river", "park", "garden")
+
+
+def _places_tsv(path, split, lang):
+    """`place<TAB>sentence` for the lines whose English side names one of PLACES (labels follow alignment)."""
+    english = (CORPUS / f"{split}.en.txt").read_text().splitlines()
+    other = (CORPUS / f"{split}.{lang}.txt").read_text().splitlines()
+    rows = []
+    for en, text in zip(english, other):
+        place = next((p for p in PLACES if re.search(rf"\b{p}\b", en)), None)
+        if place:
+            rows.append(f"{place}\t{text}")
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_classifier_trained_on_english_places_transfers_to_german_and_french(quickstart_run, tmp_path):
+    work, _ = quickstart_run
+    train = _places_tsv(tmp_path / "places.en.tsv", "train", "en")
+    tests = [_places_tsv(tmp_path / f"places.{l}.tsv", "heldout", l) for l in ("de", "fr")]
+    out = run(["-m", "tf_msemb.evaluate", f"--model={work}/runs/quickstart/model", "--task=classify",
+               f"--classify_train={train}", *[f"--classify_test={t}" for t in tests], "--seeds=3",
+               f"--output={tmp_path}/classify.json"], work)
+    results = json.loads((tmp_path / "classify.json").read_text())
+    assert "places.de.tsv" in out and "std" in out
+    for name in ("places.de.tsv", "places.fr.tsv"):
+        # Eight places: chance is about 0.125.
+        assert results[name]["accuracy"] > 0.5, results
+        assert results[name]["size"] > 50
+
+
+def test_pool_and_document_retrieval_with_exact_and_approximate_indexes(quickstart_run, tmp_path):
+    work, _ = quickstart_run
+    pool = f"--pool_pair={CORPUS}/heldout.en.txt,{CORPUS}/heldout.de.txt"
+    distractors = f"--pool_distractors={CORPUS}/train.de.txt"
+    docs = []
+    for lang in ("en", "de"):
+        lines = (CORPUS / f"heldout.{lang}.txt").read_text().splitlines()
+        docs.append(tmp_path / f"docs.{lang}")
+        docs[-1].write_text("".join(f"doc{i // 5}\t{line}\n" for i, line in enumerate(lines)))
+    results = {}
+    for index in ("exact", "hnsw"):
+        run(["-m", "tf_msemb.evaluate", f"--model={work}/runs/quickstart/model", "--task=retrieval", pool,
+             distractors, f"--doc_pair={docs[0]},{docs[1]}", f"--index={index}", f"--output={tmp_path}/{index}.json"],
+            work)
+        results[index] = json.loads((tmp_path / f"{index}.json").read_text())
+    sentences = results["exact"]["heldout.en.txt / heldout.de.txt (pool 500)"]
+    assert 0.5 < sentences["P@1"] <= sentences["P@3"] <= sentences["P@10"]
+    # 22 documents of 5 sentences: whole documents are easier to match than sentences.
+    documents = results["exact"]["documents docs.en / docs.de"]
+    assert documents["size"] == 22 and documents["P@1"] >= sentences["P@1"]
+    assert abs(results["hnsw"]["heldout.en.txt / heldout.de.txt (pool 500)"]["P@1"] - sentences["P@1"]) < 0.05

@@ -1,7 +1,7 @@
 import re
 
 from conftest import REPO
-from test_quickstart import run
+from conftest import run
 
 
 def test_prints_throughput_and_peak_rss(tmp_path, spm_model, quickstart_records):

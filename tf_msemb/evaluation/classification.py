@@ -62,7 +62,7 @@ def zero_shot_transfer(train, tests, seeds=(0, 1, 2, 3, 4), hidden_units=256, dr
         )
         model.fit(train_x, train_y, batch_size=batch_size, epochs=epochs, verbose=0)
         for name, (x, labels) in tests.items():
-            predicted = np.argmax(model.predict(np.asarray(x, np.float32), batch_size=256, verbose=0), axis=1)
+            predicted = np.argmax(keras.ops.convert_to_numpy(model(np.asarray(x, np.float32))), axis=1)
             accuracies[name].append(float(np.mean(predicted == [index[y] for y in labels])))
     return {
         name: {"accuracy": float(np.mean(a)), "std": float(np.std(a)), "size": len(tests[name][1])}
