@@ -151,3 +151,9 @@ def read_gold(path):
             raise CorpusError(f"{path}:{number}: expected id1<TAB>id2.")
         pairs.add((fields[0], fields[1]))
     return pairs
+
+
+def mine(x, y, k=4, margin="ratio", selection="max", threshold=None, index="exact", **search_options):
+    """Mined `(score, i, j)` pairs of two pools, best first, keeping scores >= `threshold` when given."""
+    chosen = select(*margin_candidates(x, y, k, margin, index, **search_options), selection)
+    return chosen if threshold is None else [c for c in chosen if c[0] >= threshold]

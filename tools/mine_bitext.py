@@ -1,0 +1,84 @@
+"""Mines translation pairs from two monolingual text files with an exported model.
+
+    python tools/mine_bitext.py --model=runs/distill --src=news.de.txt --tgt=news.en.txt \
+        --output=mined.de-en.tsv --threshold=1.06 --cache_dir=runs/mining_cache
+
+Writes `score<TAB>src<TAB>tgt` lines, best first, for pairs whose margin
+score (Artetxe & Schwenk 2019; see `tf_msemb.evaluation.mining`) is at least
+`--threshold`. Each file is deduplicated, then encoded chunk by chunk into an
+embedding cache (`--dtype=float16` halves it); rerunning the same command
+after an interruption continues after the last finished chunk. Search is
+exact and memory-bounded by `--chunk_size`, or approximate with
+`--index=ivf|ivfpq|hnsw` (`ivfpq` keeps only `--pq_bytes` bytes per vector
+in memory).
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tf_msemb.data.text_files import CorpusError
+from tf_msemb.data.text_files import read_lines
+from tf_msemb.evaluation import mining
+from tf_msemb.evaluation import search
+from tf_msemb.evaluation.embedding_cache import DTYPES
+from tf_msemb.evaluation.embedding_cache import cached_embeddings
+from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.evaluation.encoding import resolve_export
+
+flags.DEFINE_string("model", None, "Export directory or training model_dir.")
+flags.DEFINE_string("src", None, "Source-language text file, one sentence a line (plain or .gz).")
+flags.DEFINE_string("tgt", None, "Target-language text file, one sentence a line (plain or .gz).")
+flags.DEFINE_string("output", None, "TSV of score<TAB>src<TAB>tgt, best first.")
+flags.DEFINE_float("threshold", None, "Keep pairs scoring at least this (all selected pairs when unset).")
+flags.DEFINE_string("cache_dir", None, "Where embeddings are cached (default: next to --output).")
+flags.DEFINE_enum("dtype", "float16", list(DTYPES), "Storage type of the cached embeddings.")
+flags.DEFINE_enum("index", "exact", list(search.INDEXES), "faiss search: exact, or approximate ivf/ivfpq/hnsw.")
+flags.DEFINE_integer("pq_bytes", 48, "Bytes per vector of the ivfpq codes; must divide the embedding dim.")
+flags.DEFINE_integer("nprobe", 16, "Cells visited per query by the ivf indexes.")
+flags.DEFINE_integer("k", 4, "Neighbours per direction for the margin.")
+flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score.")
+flags.DEFINE_enum("selection", "max", list(mining.SELECTIONS), "Candidate selection.")
+flags.DEFINE_integer("chunk_size", 50_000, "Sentences per encoding chunk and vectors per search chunk.")
+flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
+flags.mark_flags_as_required(["model", "src", "tgt", "output"])
+FLAGS = flags.FLAGS
+
+
+def unique_lines(path):
+    """The distinct non-blank lines of `path`, in order of first appearance."""
+    return list(dict.fromkeys(line for line in read_lines(path) if line.strip()))
+
+
+def main(argv):
+    del argv
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    try:
+        export = resolve_export(FLAGS.model)
+        model = load_model(export)
+        cache_dir = FLAGS.cache_dir or os.path.join(os.path.dirname(os.path.abspath(FLAGS.output)), "mining_cache")
+        embeddings = []
+        for side, path in (("src", FLAGS.src), ("tgt", FLAGS.tgt)):
+            sentences = unique_lines(path)
+            print(f"{side}: {len(sentences)} distinct sentences in {path}")
+            cache = os.path.join(cache_dir, f"{os.path.basename(path)}.{FLAGS.dtype}.npy")
+            embeddings.append((sentences, cached_embeddings(model, sentences, cache, FLAGS.dtype, FLAGS.chunk_size,
+                                                            FLAGS.batch_size, model_id=os.path.abspath(export))))
+        (src, x), (tgt, y) = embeddings
+        options = {"nprobe": FLAGS.nprobe, "pq_bytes": FLAGS.pq_bytes} if FLAGS.index != "exact" else {}
+        pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index,
+                            chunk_size=FLAGS.chunk_size, verbose=True, **options)
+    except (CorpusError, FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}")
+    with open(FLAGS.output, "w", encoding="utf-8") as f:
+        for score, i, j in pairs:
+            f.write(f"{score:.6f}\t{src[i].replace(chr(9), ' ')}\t{tgt[j].replace(chr(9), ' ')}\n")
+    print(f"Wrote {len(pairs)} pairs to {FLAGS.output}")
+
+
+if __name__ == "__main__":
+    app.run(main)
