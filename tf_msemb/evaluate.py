@@ -6,7 +6,7 @@ retrieval: Tatoeba-style accuracy for each `--pair=SRC_FILE,TGT_FILE`
 (line-aligned text, plain or .gz); P@1/3/10 of each `--pool_pair=SRC,TGT`
 (line i of SRC is the translation of line i of TGT) with every target
 sentence, plus the lines of any `--pool_distractors=FILE`, as the pool,
-searched with `--index` (exact, ivf, ivfpq, hnsw); and P@1/3/10 of each
+searched with `--index` (exact, flat, ivf, ivfpq, hnsw); and P@1/3/10 of each
 `--doc_pair=SRC,TGT` of `doc_id<TAB>sentence` files, documents embedded as
 the mean of their sentence embeddings and matched by id.
 
@@ -65,7 +65,8 @@ flags.DEFINE_multi_string("pair", [], "SRC_FILE,TGT_FILE of line-aligned sentenc
 flags.DEFINE_multi_string("pool_pair", [], "SRC_FILE,TGT_FILE scored by P@k against all targets (retrieval).")
 flags.DEFINE_multi_string("pool_distractors", [], "Extra target sentences added to every pool (retrieval).")
 flags.DEFINE_multi_string("doc_pair", [], "SRC_FILE,TGT_FILE of doc_id<TAB>sentence lines (retrieval).")
-flags.DEFINE_enum("index", "exact", list(search.INDEXES), "faiss index for P@k retrieval and mining.")
+flags.DEFINE_enum("index", "exact", list(search.INDEXES),
+                  "Search for P@k retrieval and mining: exact (TensorFlow), flat (faiss), approximate ivf, ivfpq, hnsw.")
 flags.DEFINE_integer("nprobe", 16, "Cells visited per query by the ivf indexes.")
 flags.DEFINE_multi_string("sts_tsv", [], "An STS benchmark TSV file (sts).")
 flags.DEFINE_string("stsb_dir", None, "Directory of multilingual STS-b CSVs (sts).")

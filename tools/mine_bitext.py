@@ -8,7 +8,8 @@ score (Artetxe & Schwenk 2019; see `tf_msemb.evaluation.mining`) is at least
 `--threshold`. Each file is deduplicated, then encoded chunk by chunk into an
 embedding cache (`--dtype=float16` halves it); rerunning the same command
 after an interruption continues after the last finished chunk. Search is
-exact and memory-bounded by `--chunk_size`, or approximate with
+exact (`exact` with TensorFlow, `flat` with faiss) and memory-bounded by
+`--chunk_size`, or approximate with
 `--index=ivf|ivfpq|hnsw` (`ivfpq` keeps only `--pq_bytes` bytes per vector
 in memory).
 """
@@ -36,7 +37,7 @@ flags.DEFINE_string("output", None, "TSV of score<TAB>src<TAB>tgt, best first.")
 flags.DEFINE_float("threshold", None, "Keep pairs scoring at least this (all selected pairs when unset).")
 flags.DEFINE_string("cache_dir", None, "Where embeddings are cached (default: next to --output).")
 flags.DEFINE_enum("dtype", "float16", list(DTYPES), "Storage type of the cached embeddings.")
-flags.DEFINE_enum("index", "exact", list(search.INDEXES), "faiss search: exact, or approximate ivf/ivfpq/hnsw.")
+flags.DEFINE_enum("index", "exact", list(search.INDEXES), "Search: exact (TensorFlow) or flat (faiss), or approximate ivf/ivfpq/hnsw.")
 flags.DEFINE_integer("pq_bytes", 48, "Bytes per vector of the ivfpq codes; must divide the embedding dim.")
 flags.DEFINE_integer("nprobe", 16, "Cells visited per query by the ivf indexes.")
 flags.DEFINE_integer("k", 4, "Neighbours per direction for the margin.")
@@ -69,9 +70,8 @@ def main(argv):
             embeddings.append((sentences, cached_embeddings(model, sentences, cache, FLAGS.dtype, FLAGS.chunk_size,
                                                             FLAGS.batch_size, model_id=os.path.abspath(export))))
         (src, x), (tgt, y) = embeddings
-        options = {"nprobe": FLAGS.nprobe, "pq_bytes": FLAGS.pq_bytes} if FLAGS.index != "exact" else {}
         pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index,
-                            chunk_size=FLAGS.chunk_size, verbose=True, **options)
+                            chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes)
     except (CorpusError, FileNotFoundError, ValueError) as e:
         sys.exit(f"error: {e}")
     with open(FLAGS.output, "w", encoding="utf-8") as f:

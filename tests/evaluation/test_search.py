@@ -15,11 +15,13 @@ def _numpy_knn(queries, pool, k):
     return np.take_along_axis(sims, ids, axis=1), ids
 
 
-def test_chunked_exact_knn_equals_one_numpy_search():
+@pytest.mark.parametrize("engine", ["tensorflow", "faiss"])
+def test_chunked_exact_knn_equals_one_numpy_search(engine, monkeypatch):
+    monkeypatch.setattr(search, "QUERY_BLOCK", 4)
     queries, pool = _unit_rows(37, 8, 0), _unit_rows(101, 8, 1)
     expected_sims, expected_ids = _numpy_knn(queries, pool, 5)
     # Chunks of 10 split the pool into 11 pieces, the last of one row (fewer than k).
-    sims, ids = search.exact_knn(queries, pool, 5, chunk_size=10)
+    sims, ids = search.exact_knn(queries, pool, 5, chunk_size=10, engine=engine)
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(sims, expected_sims, atol=1e-6)
 
@@ -36,6 +38,12 @@ def test_exact_knn_reads_a_float16_memmap(tmp_path):
 def test_k_larger_than_pool_is_clipped():
     sims, ids = search.exact_knn(_unit_rows(3, 4, 3), _unit_rows(2, 4, 4), 5)
     assert sims.shape == ids.shape == (3, 2)
+
+
+def test_knn_dispatches_flat_to_faiss_with_the_same_answer():
+    queries, pool = _unit_rows(20, 8, 9), _unit_rows(60, 8, 10)
+    for kind in ("exact", "flat"):
+        np.testing.assert_array_equal(search.knn(queries, pool, 3, kind, nprobe=4)[1], _numpy_knn(queries, pool, 3)[1])
 
 
 @pytest.mark.parametrize("kind", ["ivf", "ivfpq", "hnsw"])
@@ -60,6 +68,8 @@ def test_unfilled_neighbours_are_nan():
 
 
 def test_bad_index_options_name_the_problem():
+    with pytest.raises(ValueError, match="Unknown exact search engine 'blas'"):
+        search.exact_knn(_unit_rows(10, 8, 8), _unit_rows(10, 8, 8), 1, engine="blas")
     with pytest.raises(ValueError, match="Unknown index"):
         search.build_index(_unit_rows(10, 8, 8), "lsh")
     with pytest.raises(ValueError, match="pq_bytes=5 must divide the embedding dim 8"):
