@@ -50,3 +50,31 @@ def test_bidirectional_is_the_sum_of_both_directions():
     got = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=5.0))
     expected = _reference(x, y, labels, 5.0, 0.0) + _reference(y, x, labels, 5.0, 0.0)
     assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_masked_candidates_leave_the_softmax():
+    rng = np.random.default_rng(3)
+    q, c = _unit(rng, 3, 8), _unit(rng, 5, 8)
+    labels = np.array([0, 1, 2])
+    mask = np.array([True, True, True, False, True])
+    got = float(in_batch_softmax_loss(q, c, labels, 10.0, 0.2, candidate_mask=mask))
+    # Dropping candidate 3 equals scoring against the four others (labels unchanged: 0, 1, 2 < 3).
+    assert got == pytest.approx(_reference(q, c[mask], labels, 10.0, 0.2), rel=1e-5)
+    per_row = np.ones((3, 5), bool)
+    per_row[0, 4] = False
+    got = float(in_batch_softmax_loss(q, c, labels, 10.0, candidate_mask=per_row))
+    expected = (_reference(q[:1], c[:4], labels[:1], 10.0, 0.0) + 2 * _reference(q[1:], c, labels[1:], 10.0, 0.0)) / 3
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_hard_negatives_compete_only_in_the_forward_direction():
+    rng = np.random.default_rng(4)
+    x, y, hard = _unit(rng, 3, 8), _unit(rng, 3, 8), _unit(rng, 6, 8)
+    labels = np.arange(3)
+    got = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=10.0, margin=0.3, hard_negatives=hard))
+    forward = _reference(x, np.concatenate([y, hard]), labels, 10.0, 0.3)
+    backward = _reference(y, x, labels, 10.0, 0.3)
+    assert got == pytest.approx(forward + backward, rel=1e-5)
+    # Extra negatives can only raise the forward loss.
+    without = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=10.0, margin=0.3))
+    assert got > without

@@ -1,17 +1,25 @@
-"""In-batch translation ranking: find each sentence's translation among the batch.
+"""In-batch translation ranking: find each sentence's translation among candidates.
 
 Inputs are L2-normalized embeddings, so `q . c` is the cosine. Queries are this
-replica's rows; candidates may be gathered from every replica, and `labels`
-then index each query's positive in the gathered candidates.
+replica's rows; candidates may be gathered from every replica (and extended
+by hard negatives or a memory queue), and `labels` index each query's
+positive in the candidates.
 
-Reference: Yang et al. 2019 (bidirectional dual encoder, seed 004 Eq. 1-3);
-with `margin > 0` this is the additive margin softmax of seed 004 Eq. 4-5.
+One function covers the family: with `margin = 0` and `scale = 1 / T` it is
+InfoNCE (seed 003's contrastive loss, T = 0.1; seed 002 Eq. 2 with a queue)
+and seed 004 Eq. 3 (its bidirectional form Eq. 4-5); with `margin > 0` it is
+the additive margin softmax (AMS) of seed 004 Eq. 6-7, bidirectional Eq. 8.
+
+Requirements: `labels[i] < n`; every query keeps at least its positive
+candidate unmasked.
 """
 
 from keras import ops
 
+MASKED_LOGIT = -1e9
 
-def in_batch_softmax_loss(queries, candidates, labels, scale=20.0, margin=0.0):
+
+def in_batch_softmax_loss(queries, candidates, labels, scale=20.0, margin=0.0, candidate_mask=None):
     """Mean cross-entropy of picking `candidates[labels[i]]` for `queries[i]`.
 
     Args:
@@ -20,16 +28,29 @@ def in_batch_softmax_loss(queries, candidates, labels, scale=20.0, margin=0.0):
         labels: int `[b]`, the positive of each query in `candidates`.
         scale: logits are `scale * cos` (i.e. `1 / temperature`).
         margin: subtracted from the positive's cosine before scaling.
+        candidate_mask: optional bool `[n]` or `[b, n]`; False candidates are
+            left out of the softmax (unfilled queue slots, duplicates).
     """
     cosine = ops.matmul(ops.cast(queries, "float32"), ops.transpose(ops.cast(candidates, "float32")))
     positive = ops.one_hot(labels, ops.shape(candidates)[0], dtype="float32")
     logits = scale * (cosine - margin * positive)
+    if candidate_mask is not None:
+        mask = ops.broadcast_to(ops.cast(candidate_mask, "bool"), ops.shape(logits))
+        logits = ops.where(mask, logits, MASKED_LOGIT)
     losses = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
     return ops.mean(losses)
 
 
-def bidirectional_ranking_loss(x, y, x_candidates, y_candidates, labels, scale=20.0, margin=0.0):
-    """`L(x -> y) + L(y -> x)`: each side ranks the other side's candidates."""
+def bidirectional_ranking_loss(x, y, x_candidates, y_candidates, labels, scale=20.0, margin=0.0, hard_negatives=None):
+    """`L(x -> y) + L(y -> x)`: each side ranks the other side's candidates (seed 004 Eq. 5 / Eq. 8).
+
+    `hard_negatives` (`[m, d]`, e.g. 5 per example, gathered like the
+    candidates) are extra targets for the `x -> y` direction only: they are
+    target-language sentences, so they compete with `y` but are not
+    candidates for `y -> x`.
+    """
+    if hard_negatives is not None:
+        y_candidates = ops.concatenate([y_candidates, ops.cast(hard_negatives, y_candidates.dtype)], axis=0)
     forward = in_batch_softmax_loss(x, y_candidates, labels, scale, margin)
     backward = in_batch_softmax_loss(y, x_candidates, labels, scale, margin)
     return forward + backward

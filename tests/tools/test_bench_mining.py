@@ -1,0 +1,18 @@
+import re
+
+from conftest import REPO
+from conftest import run
+
+
+def test_rows_for_exact_sampled_and_approximate_search(tmp_path):
+    out = run([f"{REPO}/tools/bench_mining.py", "--size=300", "--size=2000", "--index=exact", "--index=ivf",
+               "--dim=16", "--max_exact=1000", "--exact_sample=200", "--recall_sample=100", "--nprobe=64"], tmp_path)
+    rows = {(m[0], m[1]): m[2:] for m in re.findall(r"^\s*(\d+) (\w+)\s+([\d.]+( est\.)?)\s+(\d+)\s+(\S+)\s+(\d+)$",
+                                                        out, flags=re.M)}
+    assert set(rows) == {("300", "exact"), ("300", "ivf"), ("2000", "exact"), ("2000", "ivf")}, out
+    assert rows[("300", "exact")][1] == "" and rows[("2000", "exact")][1] == " est."
+    assert rows[("300", "exact")][3] == "-"
+    # 300 vectors make 7 cells; probing all 64 (capped at 7) is exact search.
+    assert float(rows[("300", "ivf")][3]) == 1.0
+    assert 0.0 <= float(rows[("2000", "ivf")][3]) <= 1.0
+    assert all(int(r[2]) > 0 for r in rows.values())
