@@ -127,3 +127,45 @@ def test_input_sharding_by_record_when_files_are_few(tokenizer, tmp_path):
         seen.append(_targets(ds, 100))
     assert [len(s) for s in seen] == [10, 10, 10]
     assert sorted(sum(seen, [])) == sorted(f"de{i}" for i in range(30))
+
+
+def test_language_ids_are_the_ids_of_the_language_tokens(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"de": 30, "fr": 30})
+    ds = make_dataset(corpus, tokenizer, batch_size=16, max_tokens=48, include_text=True, language_ids=True)
+    batch = next(iter(ds))
+    assert set(batch["src_lang_id"].numpy()) == {tokenizer.token_to_id("<2en>")}
+    expected = [tokenizer.token_to_id(f"<2{t.decode()[:2]}>") for t in batch["tgt_text"].numpy()]
+    assert list(batch["tgt_lang_id"].numpy()) == expected
+    assert len(set(expected)) == 2 and tokenizer.unk_id not in expected
+
+
+def test_a_language_without_a_token_is_named(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"cs": 10})
+    with pytest.raises(CorpusError, match=r"Language 'cs' has no <2cs> token .*--languages=cs,en"):
+        make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, language_ids=True)
+
+
+def test_an_unknown_tag_in_the_records_is_named(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"fr": 10})
+    shards = str(tmp_path / "c" / "c.en-fr.tfrecord-*")
+    ds = make_dataset(shards, tokenizer, batch_size=4, max_tokens=48, language_ids=True, languages=["en", "de"])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Unknown language tag.*fr.*knows de en"):
+        next(iter(ds))
+
+
+def test_hard_negatives_come_as_a_third_token_axis(tokenizer, tmp_path):
+    rows = [(f"source {i}", f"target {i}", f"wrong {i}", "another wrong one here") for i in range(12)]
+    write_tfrecords([("en", "de", rows)], str(tmp_path / "h"), "h", 1, verbose=False)
+    ds = make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
+                      num_hard_negatives=2, include_text=True, shuffle_buffer=0)
+    batch = next(iter(ds))
+    ids, mask = batch["hard_negatives"]["token_ids"].numpy(), batch["hard_negatives"]["padding_mask"].numpy()
+    assert ids.shape[:2] == (4, 2) and ids.shape == mask.shape
+    first = batch["tgt_text"].numpy()[0].decode().split()[-1]
+    expected = tokenizer.tokenize([f"wrong {first}", "another wrong one here"]).to_list()
+    for row, tokens in enumerate(expected):
+        assert ids[0, row, : len(tokens)].tolist() == tokens
+        assert mask[0, row].sum() == len(tokens) and (ids[0, row][~mask[0, row]] == tokenizer.pad_id).all()
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        next(iter(make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
+                               num_hard_negatives=3)))

@@ -18,6 +18,7 @@ import tensorflow as tf
 from tf_msemb.data.records import parse_examples
 from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.writing import MANIFEST_SUFFIX
+from tf_msemb.text.spm_training import language_token
 
 _CHUNK = 512
 
@@ -78,6 +79,40 @@ def stream_weights(corpora, corpus_weights=None, pair_weights=None, proportional
     return [(files, w / norm) for files, w in leaves]
 
 
+def corpus_languages(corpora):
+    """Language tags named by the manifests' pairs (`en-de` -> en, de); globs name none."""
+    languages = set()
+    for corpus in corpora:
+        if corpus.endswith(MANIFEST_SUFFIX):
+            for pair in corpus_streams(corpus):
+                languages.update(pair.split("-"))
+    return sorted(languages)
+
+
+def language_token_table(tokenizer, languages):
+    """A lookup from language tag to the id of its `<2xx>` token (seed 003's language tokens).
+
+    Every tag must have its own token in the vocabulary; tags missing from
+    the table map to -1, which the pipeline reports as an unknown tag.
+    """
+    if not hasattr(tokenizer, "token_to_id"):
+        raise ValueError(f"{type(tokenizer).__name__} has no language tokens; use a SentencePieceTokenizer "
+                         "trained by tools/train_spm.py --languages=...")
+    if not languages:
+        raise CorpusError("Language ids need manifests (from make_tfrecords.py) or make_dataset.languages.")
+    ids = {}
+    for language in languages:
+        ids[language] = tokenizer.token_to_id(language_token(language))
+        if ids[language] == tokenizer.unk_id:
+            raise CorpusError(
+                f"Language {language!r} has no {language_token(language)} token in the tokenizer vocabulary; "
+                f"retrain it with tools/train_spm.py --languages={','.join(languages)}"
+            )
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(list(ids), list(ids.values()), tf.string, tf.int32), default_value=-1
+    ), sorted(ids)
+
+
 def _read_stream(files, seed, input_context, repeat):
     """Interleaved records of `files`, this input pipeline's share only.
 
@@ -101,7 +136,8 @@ def _read_stream(files, seed, input_context, repeat):
     return records.repeat() if repeat else records
 
 
-@gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed", "teacher_dim", "teacher_tokenizer"])
+@gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed", "teacher_dim", "teacher_tokenizer",
+                           "num_hard_negatives", "language_ids"])
 def make_dataset(
     corpora,
     tokenizer,
@@ -118,6 +154,9 @@ def make_dataset(
     input_context=None,
     include_text=False,
     teacher_tokenizer=None,
+    num_hard_negatives=None,
+    language_ids=False,
+    languages=None,
 ):
     """Batches of `{"src": tokens, "tgt": tokens[, "teacher": [b, d]]}`.
 
@@ -127,6 +166,11 @@ def make_dataset(
     With `teacher_tokenizer`, `teacher_src` holds the source in a live
     teacher's own tokens (truncated to its length, never filtered); with
     `include_text` the raw `src_text`/`tgt_text` strings come along.
+    With `num_hard_negatives=h`, `hard_negatives` holds each pair's first h
+    hard negatives as tokens `[b, h, length]` (truncated to the tokenizer's
+    `max_length`; pairs with fewer are an error). With `language_ids`,
+    `src_lang_id`/`tgt_lang_id` `[b]` are the ids of the `<2xx>` tokens of
+    the pair's tags, for `languages` (default: those the manifests name).
     """
     if isinstance(corpora, str):
         corpora = [corpora]
@@ -138,6 +182,8 @@ def make_dataset(
     if not corpora:
         raise CorpusError("No corpora given: set make_dataset.corpora to manifests or TFRecord globs.")
     leaves = stream_weights(corpora, corpus_weights, pair_weights, proportional)
+    if language_ids:
+        language_table, known_languages = language_token_table(tokenizer, languages or corpus_languages(corpora))
     streams = [_read_stream(files, seed + i, input_context, repeat) for i, (files, _) in enumerate(leaves)]
     if len(streams) == 1:
         records = streams[0]
@@ -148,9 +194,25 @@ def make_dataset(
     if shuffle_buffer:
         records = records.shuffle(shuffle_buffer, seed=seed)
 
+    def language_id(tags):
+        known = " ".join(known_languages)
+        ids = language_table.lookup(tags)
+        unknown = tf.boolean_mask(tags, ids < 0)
+        check = tf.debugging.Assert(
+            tf.size(unknown) == 0,
+            ["Unknown language tag", unknown[:1], f"in the corpus; the tokenizer knows {known}"],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(ids)
+
     def parse_and_tokenize(serialized):
-        features = parse_examples(serialized, teacher_dim=teacher_dim)
+        features = parse_examples(serialized, teacher_dim=teacher_dim, num_hard_negatives=num_hard_negatives)
         out = {side: tokenizer.tokenize(features[side], truncate=False) for side in ("src", "tgt")}
+        if num_hard_negatives:
+            flat = tokenizer.tokenize(tf.reshape(features["hard_negatives"], [-1]))
+            out["hard_negatives"] = tf.RaggedTensor.from_uniform_row_length(flat, num_hard_negatives)
+        if language_ids:
+            out.update(src_lang_id=language_id(features["src_lang"]), tgt_lang_id=language_id(features["tgt_lang"]))
         if teacher_dim is not None:
             out["teacher"] = features["teacher"]
         if teacher_tokenizer is not None:
@@ -168,6 +230,12 @@ def make_dataset(
         for side in token_fields:
             ids = example[side]
             example[side] = {"token_ids": ids, "padding_mask": tf.ones_like(ids, dtype=tf.bool)}
+        if num_hard_negatives:
+            ids = example["hard_negatives"]
+            example["hard_negatives"] = {
+                "token_ids": ids.to_tensor(default_value=tokenizer.pad_id),
+                "padding_mask": ids.with_values(tf.ones_like(ids.flat_values, tf.bool)).to_tensor(default_value=False),
+            }
         return example
 
     examples = (
@@ -184,6 +252,10 @@ def make_dataset(
         padding["teacher_src"] = {"token_ids": tf.constant(teacher_tokenizer.pad_id, tf.int32), "padding_mask": False}
     if teacher_dim is not None:
         padding["teacher"] = 0.0
+    if num_hard_negatives:
+        padding["hard_negatives"] = {"token_ids": tf.constant(tokenizer.pad_id, tf.int32), "padding_mask": False}
+    if language_ids:
+        padding.update(src_lang_id=tf.constant(0, tf.int32), tgt_lang_id=tf.constant(0, tf.int32))
     if include_text:
         padding.update(src_text="", tgt_text="")
     batches = examples.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
