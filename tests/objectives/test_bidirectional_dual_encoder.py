@@ -1,0 +1,78 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from objectives.replica_check import assert_two_replicas_match_one
+from objectives.replica_check import random_tokens
+from tf_msemb.data.pipeline import make_dataset
+from tf_msemb.data.writing import write_tfrecords
+from tf_msemb.losses.length_penalty import embedding_length_penalty
+from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.objectives.bidirectional_dual_encoder import BidirectionalDualEncoder
+
+TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48)
+POOLING = dict(pooling=["max", "mean", "first", "attention"], pooled_dim=12)
+
+
+def _model(vocabulary_size, optimizer, dropout=0.1, seed=0, **options):
+    keras.utils.set_random_seed(seed)
+    encoder = SentenceEncoder(vocabulary_size, dropout=dropout, **TINY, **POOLING)
+    model = BidirectionalDualEncoder(encoder, scale=10.0, **options)
+    model.build()
+    model.compile(optimizer=optimizer)
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _batch(rng, batch=8, hard=2):
+    data = {"src": random_tokens(rng, (batch, 7), 50), "tgt": random_tokens(rng, (batch, 6), 50)}
+    if hard:
+        data["hard_negatives"] = random_tokens(rng, (batch, hard, 5), 50)
+    return data
+
+
+def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs():
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2, length_penalty=0.5)
+    data = _batch(np.random.default_rng(0))
+    logs = model.train_step(data)
+    raw_x, raw_y = model.encoder(data["src"]), model.encoder(data["tgt"])
+    flat = {k: v.reshape(-1, v.shape[-1]) for k, v in data["hard_negatives"].items()}
+    unit = lambda v: tf.math.l2_normalize(v, axis=-1)  # noqa: E731
+    x, y, n = unit(raw_x), unit(raw_y), unit(model.encoder(flat))
+    expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n)
+    expected += embedding_length_penalty(tf.concat([raw_x, raw_y], 0), 0.5)
+    assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
+    assert float(logs["length_penalty"]) > 0
+    assert model.data_options() == {"num_hard_negatives": 2}
+    assert _model(50, "sgd").data_options() == {}
+
+
+@pytest.mark.parametrize("hard", [0, 2])
+def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, hard):
+    batch = _batch(np.random.default_rng(1), hard=hard)
+    assert_two_replicas_match_one(
+        lambda: _model(50, keras.optimizers.SGD(1.0), dropout=0.0, num_hard_negatives=hard, length_penalty=0.1),
+        batch,
+        two_device_strategy,
+    )
+
+
+def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path):
+    from conftest import corpus_file
+
+    english = open(corpus_file("train", "en")).read().splitlines()
+    german = open(corpus_file("train", "de")).read().splitlines()
+    # Hard negatives: the German lines next to the true one (often sharing words with it).
+    rows = [(en, de, german[i - 1], german[(i + 1) % len(german)]) for i, (en, de) in enumerate(zip(english, german))]
+    write_tfrecords([("en", "de", rows)], str(tmp_path), "hard", 2, verbose=False)
+    model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3), num_hard_negatives=2, length_penalty=0.01)
+    data = iter(make_dataset(str(tmp_path / "hard.manifest.json"), tokenizer, batch_size=16, max_tokens=48,
+                             **model.data_options()))
+    step = tf.function(model.train_step, reduce_retracing=True)
+    losses = []
+    for _ in range(60):
+        model.reset_metrics()  # per-step values, not running means
+        losses.append(float(step(next(data))["loss"]))
+    assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
