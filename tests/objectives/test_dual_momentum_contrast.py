@@ -1,0 +1,106 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from objectives.replica_check import assert_two_replicas_match_one
+from objectives.replica_check import random_tokens
+from tf_msemb.data.pipeline import make_dataset
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
+
+TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48)
+
+
+def _model(vocabulary_size, optimizer, dropout=0.1, seed=0, **options):
+    keras.utils.set_random_seed(seed)
+    model = DualMomentumContrast(SentenceEncoder(vocabulary_size, dropout=dropout, **TINY), **options)
+    model.build()
+    model.compile(optimizer=optimizer)
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _batch(rng, batch=8):
+    return {"src": random_tokens(rng, (batch, 7), 50), "tgt": random_tokens(rng, (batch, 6), 50)}
+
+
+def _unit(v):
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def test_queues_are_fifo_and_the_loss_is_eq2_against_them():
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, queue_size=12, temperature=0.1, momentum=0.9)
+    rng = np.random.default_rng(0)
+    first, second = _batch(rng), _batch(rng)
+    model.train_step(first)
+    # lr 0: weights never move, so keys are the (momentum = base) encoder's outputs.
+    keys_x1, keys_y1 = _unit(model.encoder(first["src"])), _unit(model.encoder(first["tgt"]))
+    np.testing.assert_allclose(model.queue_x.numpy()[:8], keys_x1, atol=1e-6)
+    np.testing.assert_allclose(model.queue_y.numpy()[:8], keys_y1, atol=1e-6)
+    assert int(model.queue_pointer.numpy()) == 8 and int(model.queue_filled.numpy()) == 8
+    model.reset_metrics()
+    loss = float(model.train_step(second)["loss"])
+    h_x, h_y = _unit(model.encoder(second["src"])), _unit(model.encoder(second["tgt"]))
+
+    def eq2(q, k, queue):
+        logits = np.concatenate([np.sum(q * k, 1, keepdims=True), q @ queue.T], axis=1) / 0.1
+        return np.mean(np.log(np.exp(logits).sum(1)) - logits[:, 0])
+
+    # During step 2 only the 8 keys of step 1 were in the queues (the other 4 slots were empty).
+    assert loss == pytest.approx(eq2(h_x, h_y, keys_y1) + eq2(h_y, h_x, keys_x1), rel=1e-4)
+    # Step 2's 8 keys filled slots 8-11 and wrapped around to 0-3.
+    np.testing.assert_allclose(model.queue_y.numpy()[[8, 9, 10, 11, 0, 1, 2, 3]], h_y, atol=1e-6)
+    np.testing.assert_allclose(model.queue_y.numpy()[4:8], keys_y1[4:8], atol=1e-6)
+    assert int(model.queue_pointer.numpy()) == 4 and int(model.queue_filled.numpy()) == 12
+
+
+def test_momentum_update_and_no_gradient_into_keys_or_queues():
+    model = _model(50, keras.optimizers.SGD(0.5), dropout=0.0, queue_size=16, momentum=0.9, in_batch_negatives=True)
+    trainable = {id(v) for v in model.trainable_variables}
+    state = model.momentum_encoder.weights + [model.queue_x, model.queue_y, model.queue_pointer]
+    assert not any(id(v) in trainable for v in state)
+    before_base = [w.numpy().copy() for w in model.encoder.weights]
+    before_momentum = [w.numpy().copy() for w in model.momentum_encoder.weights]
+    model.train_step(_batch(np.random.default_rng(1)))
+    moved = 0
+    for b0, m0, b1, m1 in zip(before_base, before_momentum, model.encoder.weights, model.momentum_encoder.weights):
+        np.testing.assert_allclose(m1.numpy(), 0.9 * m0 + 0.1 * b1.numpy(), atol=1e-6)
+        moved += not np.allclose(b0, b1.numpy())
+    assert moved > 0
+
+
+def test_separate_encoders_have_their_own_weights():
+    model = _model(50, "sgd", queue_size=8, separate_encoders=True)
+    assert model.target_encoder is not model.encoder
+    assert model.target_momentum_encoder is not model.momentum_encoder
+    assert len(model.trainable_variables) == 2 * len(model.encoder.trainable_variables)
+    with pytest.raises(ValueError, match="no negatives"):
+        _model(50, "sgd", queue_size=0)
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, separate):
+    """Two steps, so the second one scores against queues filled with the global batch."""
+    batch = _batch(np.random.default_rng(2))
+    assert_two_replicas_match_one(
+        lambda: _model(50, keras.optimizers.SGD(1.0), dropout=0.0, queue_size=24, momentum=0.5, temperature=0.1,
+                       separate_encoders=separate),
+        batch,
+        two_device_strategy,
+        steps=2,
+    )
+
+
+def test_loss_falls_on_real_pairs(tokenizer, quickstart_records):
+    model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3), queue_size=256, momentum=0.99,
+                   temperature=0.1, in_batch_negatives=True)
+    data = iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48))
+    step = tf.function(model.train_step, reduce_retracing=True)
+    losses = []
+    for _ in range(60):
+        model.reset_metrics()
+        losses.append(float(step(next(data))["loss"]))
+    # The queue fills over the first 16 steps, which raises the loss before it falls.
+    assert np.mean(losses[-10:]) < 0.7 * max(losses[:20])

@@ -1,0 +1,125 @@
+"""`DualMomentumContrast`: two momentum encoders and two memory queues (seed 002, MoCo-BERT)."""
+
+import gin
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tf_msemb.losses.momentum_contrast import symmetric_queue_loss
+from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.cross_replica import num_replicas
+from tf_msemb.objectives.ema_teacher_distillation import clone_as_state
+
+
+@gin.configurable(denylist=["encoder"])
+class DualMomentumContrast(keras.Model):
+    """Base encoders learn by ranking their translation's momentum key above a queue of old keys.
+
+    Per step (seed 002 Sec. 2): `h_x`, `h_y` from the base encoder(s); keys
+    from the momentum encoder(s), gathered over replicas; loss
+    `L(x, y) + L(y, x)` (Eq. 2 with the y-queue, and with the x-queue); one
+    optimizer step; then `theta_m <- m theta_m + (1 - m) theta` (Eq. 1) and
+    the global batch's keys replace the oldest queue entries. Keys and
+    queues get no gradient; momentum encoders run without dropout. Queues,
+    their pointer and fill count are `keras.Variable`s, so checkpoints hold
+    them. Only the base encoder(s) are exported.
+
+    Args:
+        encoder: the base encoder of the source side (and of both sides
+            unless `separate_encoders`).
+        separate_encoders: one base and momentum encoder per side (the
+            paper's two monolingual BERTs); the target encoder starts as a
+            fresh copy of `encoder`'s architecture.
+        momentum: m of Eq. 1 (0.999 in the paper).
+        queue_size: K vectors per queue (409,600 in the paper; 0 for none).
+        temperature: T of Eq. 2 (0.04 in the paper).
+        in_batch_negatives: also use the other keys of the global batch as
+            negatives (not in the paper; useful while the queue fills).
+    """
+
+    def __init__(self, encoder, separate_encoders=False, momentum=0.999, queue_size=65_536, temperature=0.04,
+                 in_batch_negatives=False, **kwargs):
+        super().__init__(**kwargs)
+        if queue_size < 0 or (queue_size == 0 and not in_batch_negatives):
+            raise ValueError(f"queue_size={queue_size} leaves no negatives; use a positive size or in_batch_negatives.")
+        self.encoder = ensure_built(encoder)
+        self.separate_encoders = separate_encoders
+        self.target_encoder = (
+            ensure_built(encoder.__class__.from_config(encoder.get_config())) if separate_encoders else encoder
+        )
+        self.momentum = momentum
+        self.queue_size = queue_size
+        self.temperature = temperature
+        self.in_batch_negatives = in_batch_negatives
+        self.momentum_encoder = clone_as_state(self.encoder)
+        self.target_momentum_encoder = (
+            clone_as_state(self.target_encoder) if separate_encoders else self.momentum_encoder
+        )
+        self._momentum_pairs = [
+            (m, b)
+            for base, copy in self._encoder_pairs()
+            for m, b in zip(copy.weights, base.weights)
+            if "float" in str(b.dtype)
+        ]
+        dim = encoder.output_dim
+        state = dict(trainable=False, aggregation="only_first_replica")
+        self.queue_x = keras.Variable(ops.zeros((queue_size, dim)), name="queue_x", **state)
+        self.queue_y = keras.Variable(ops.zeros((queue_size, dim)), name="queue_y", **state)
+        self.queue_pointer = keras.Variable(0, dtype="int32", name="queue_pointer", **state)
+        self.queue_filled = keras.Variable(0, dtype="int32", name="queue_filled", **state)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
+
+    def _encoder_pairs(self):
+        pairs = [(self.encoder, self.momentum_encoder)]
+        if self.separate_encoders:
+            pairs.append((self.target_encoder, self.target_momentum_encoder))
+        return pairs
+
+    def data_options(self):
+        """Nothing beyond `src` and `tgt` tokens."""
+        return {}
+
+    def build(self, inputs_shape=None):
+        self.built = True
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.accuracy_tracker]
+
+    def call(self, inputs, training=False):
+        return l2_normalize(self.encoder(inputs, training=training))
+
+    def _enqueue(self, keys_x, keys_y):
+        """Writes the newest `min(n, K)` keys over the oldest entries (FIFO)."""
+        keys_x, keys_y = keys_x[-self.queue_size :], keys_y[-self.queue_size :]
+        count = tf.shape(keys_x)[0]
+        positions = (self.queue_pointer.value + tf.range(count)) % self.queue_size
+        self.queue_x.value.scatter_update(tf.IndexedSlices(keys_x, positions))
+        self.queue_y.value.scatter_update(tf.IndexedSlices(keys_y, positions))
+        self.queue_pointer.assign((self.queue_pointer.value + count) % self.queue_size)
+        self.queue_filled.assign(tf.minimum(self.queue_filled.value + count, self.queue_size))
+
+    def train_step(self, data):
+        key_x = tf.stop_gradient(l2_normalize(self.momentum_encoder(data["src"], training=False)))
+        key_y = tf.stop_gradient(l2_normalize(self.target_momentum_encoder(data["tgt"], training=False)))
+        (keys_x, keys_y), labels = gather_candidates(key_x, key_y)
+        valid = tf.range(self.queue_size) < self.queue_filled.value
+        with tf.GradientTape() as tape:
+            h_x = l2_normalize(self.encoder(data["src"], training=True))
+            h_y = l2_normalize(self.target_encoder(data["tgt"], training=True))
+            loss = symmetric_queue_loss(h_x, h_y, keys_x, keys_y, labels, self.queue_x.value, self.queue_y.value,
+                                        self.temperature, valid, self.in_batch_negatives)
+            scaled_loss = loss / num_replicas()
+        gradients = tape.gradient(scaled_loss, self.trainable_variables)
+        self.optimizer.apply(gradients, self.trainable_variables)
+        for momentum_weight, base_weight in self._momentum_pairs:
+            momentum_weight.assign(self.momentum * momentum_weight + (1.0 - self.momentum) * base_weight)
+        if self.queue_size:
+            self._enqueue(keys_x, keys_y)
+        hits = tf.argmax(tf.matmul(h_x, keys_y, transpose_b=True), axis=1, output_type=tf.int32) == labels
+        self.loss_tracker.update_state(loss)
+        self.accuracy_tracker.update_state(tf.reduce_mean(tf.cast(hits, tf.float32)))
+        return {m.name: m.result() for m in self.metrics}
