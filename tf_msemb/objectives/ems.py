@@ -1,0 +1,146 @@
+"""`EMS`: cross-lingual token-level reconstruction plus sentence-level contrast (seed 003)."""
+
+import gin
+import keras
+import tensorflow as tf
+
+from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.losses.xtr import bag_of_tokens
+from tf_msemb.losses.xtr import bidirectional_xtr_loss
+from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.cross_replica import num_replicas
+
+CONTRASTIVE = ("info_nce", "ams", None)
+
+
+@gin.configurable(denylist=["encoder"])
+class EMS(keras.Model):
+    """One shared encoder trained with `(L_XTR + L_cntrs) / |B|` (seed 003 Sec. III).
+
+    XTR head (Eq. 2-5): the target language's `<2xx>` token is embedded by
+    its own table (`u_la`, `language_dim`), concatenated with the sentence
+    vector `u`, passed through a swish layer and an output embedding over the
+    vocabulary that is not shared with the input embedding; its softmax must
+    match the translation's bag of tokens (Eq. 6-7, both directions).
+    Contrastive head: `g(u) = W1 relu(W2 u + b2) + b1` to `contrastive_dim`,
+    then in-batch InfoNCE with temperature T both ways, against the targets
+    of every replica (Sec. III-C). Only the encoder is exported.
+
+    The objective ablations of the paper's Table XIV are switches:
+    `language_embedding=False` (- langs tok), `contrastive=None` (- L_cntrs),
+    `xtr=False` (- L_XTR), `contrastive_mlp=False` (- L_cntrs_mlp),
+    `contrastive="ams"` with `contrastive_mlp=False, xtr=False` (AMS instead
+    of InfoNCE: LaBSE-EMS-vanilla), `contrastive="ams"` with `xtr=False`
+    (AMS+MLP) and `contrastive="ams"` (AMS+MLP+XTR: LaBSE-EMS-joint).
+
+    Args:
+        encoder: a `SentenceEncoder` (mean pooling in the paper).
+        xtr: train the XTR head.
+        language_embedding: give the XTR head the target language (needs
+            batches with `src_lang_id`/`tgt_lang_id`, the `<2xx>` token ids).
+        language_dim: d_la (128).
+        contrastive: `"info_nce"`, `"ams"` (margin, scale `1 / temperature`) or None.
+        contrastive_mlp: the two-layer head before the contrastive loss.
+        contrastive_dim: d_cntrs (128).
+        temperature: T (0.1).
+        margin: the AMS margin (0.3).
+        special_ids: token ids left out of the bag of tokens (our
+            SentencePiece models: 0-3 = pad, unk, <s>, </s>).
+    """
+
+    def __init__(self, encoder, xtr=True, language_embedding=True, language_dim=128, contrastive="info_nce",
+                 contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, special_ids=(0, 1, 2, 3),
+                 **kwargs):
+        super().__init__(**kwargs)
+        if contrastive not in CONTRASTIVE:
+            raise ValueError(f"Unknown contrastive loss {contrastive!r}; choose from {CONTRASTIVE}.")
+        if not xtr and contrastive is None:
+            raise ValueError("EMS needs at least one objective: xtr=True or a contrastive loss.")
+        self.encoder = ensure_built(encoder)
+        self.xtr = xtr
+        self.language_embedding = language_embedding and xtr
+        self.contrastive = contrastive
+        self.contrastive_mlp = contrastive_mlp and contrastive is not None
+        self.temperature = temperature
+        self.margin = margin if contrastive == "ams" else 0.0
+        self.special_ids = tuple(special_ids)
+        dim, vocabulary_size = encoder.output_dim, encoder.vocabulary_size
+        self.vocabulary_size = vocabulary_size
+        if self.language_embedding:
+            self.language_table = keras.layers.Embedding(vocabulary_size, language_dim, name="language_embedding")
+            self.language_table.build((None,))
+        if xtr:
+            width = dim + (language_dim if self.language_embedding else 0)
+            self.xtr_fc = keras.layers.Dense(width, activation="swish", name="xtr_fc")
+            self.xtr_output = keras.layers.Dense(vocabulary_size, name="xtr_output_embedding")
+            self.xtr_fc.build((None, width))
+            self.xtr_output.build((None, width))
+        if self.contrastive_mlp:
+            self.contrastive_hidden = keras.layers.Dense(dim, activation="relu", name="contrastive_hidden")
+            self.contrastive_output = keras.layers.Dense(contrastive_dim, name="contrastive_output")
+            self.contrastive_hidden.build((None, dim))
+            self.contrastive_output.build((None, dim))
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.xtr_tracker = keras.metrics.Mean(name="xtr_loss")
+        self.contrastive_tracker = keras.metrics.Mean(name="contrastive_loss")
+
+    def data_options(self):
+        """The `<2xx>` token ids of both sides when the XTR head is told the target language."""
+        return {"language_ids": True} if self.language_embedding else {}
+
+    def build(self, inputs_shape=None):
+        self.built = True
+
+    @property
+    def metrics(self):
+        return [self.loss_tracker, self.xtr_tracker, self.contrastive_tracker]
+
+    def call(self, inputs, training=False):
+        return l2_normalize(self.encoder(inputs, training=training))
+
+    def xtr_logits(self, sentence, language_id=None):
+        """`W_emb swish(W_fc [u_la ; u] + b_fc)` (Eq. 4-5), before the softmax."""
+        if self.language_embedding:
+            sentence = tf.concat([self.language_table(language_id), sentence], axis=-1)
+        return self.xtr_output(self.xtr_fc(sentence))
+
+    def contrastive_projection(self, sentence):
+        """`g(u) = W1 relu(W2 u + b2) + b1`, or `u` itself without the MLP, L2-normalized."""
+        if self.contrastive_mlp:
+            sentence = self.contrastive_output(self.contrastive_hidden(sentence))
+        return l2_normalize(sentence)
+
+    def losses_for(self, data, training=True):
+        """`(xtr loss, contrastive loss)` of a batch; either is 0 when switched off."""
+        u = self.encoder(data["src"], training=training)
+        v = self.encoder(data["tgt"], training=training)
+        xtr_loss = contrastive_loss = tf.constant(0.0)
+        if self.xtr:
+            bags = [
+                bag_of_tokens(data[side]["token_ids"], data[side]["padding_mask"], self.vocabulary_size,
+                              self.special_ids)
+                for side in ("src", "tgt")
+            ]
+            logits_u = self.xtr_logits(u, data.get("tgt_lang_id"))
+            logits_v = self.xtr_logits(v, data.get("src_lang_id"))
+            xtr_loss = bidirectional_xtr_loss(bags[0], bags[1], logits_u, logits_v)
+        if self.contrastive is not None:
+            x, y = self.contrastive_projection(u), self.contrastive_projection(v)
+            (x_all, y_all), labels = gather_candidates(x, y)
+            contrastive_loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, 1.0 / self.temperature,
+                                                          self.margin)
+        return xtr_loss, contrastive_loss
+
+    def train_step(self, data):
+        with tf.GradientTape() as tape:
+            xtr_loss, contrastive_loss = self.losses_for(data)
+            loss = xtr_loss + contrastive_loss
+            scaled_loss = loss / num_replicas()
+        gradients = tape.gradient(scaled_loss, self.trainable_variables)
+        self.optimizer.apply(gradients, self.trainable_variables)
+        self.loss_tracker.update_state(loss)
+        self.xtr_tracker.update_state(xtr_loss)
+        self.contrastive_tracker.update_state(contrastive_loss)
+        return {m.name: m.result() for m in self.metrics}
