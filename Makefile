@@ -9,7 +9,10 @@ QS := runs/quickstart
 CORPUS := tf_msemb/quickstart/corpus
 LANGS := en de fr es
 
-.PHONY: install test quickstart clean
+M30K := ../shared/data/multi30k
+M30K_LANGS := en de fr cs
+
+.PHONY: install test quickstart multi30k clean
 
 install: $(STAMP)
 
@@ -33,6 +36,14 @@ quickstart: $(STAMP)
 	$(PY) -m tf_msemb.train --gin_file=configs/quickstart.gin --model_dir=$(QS)/model
 	$(PY) -m tf_msemb.evaluate --model=$(QS)/model --task=retrieval --output=$(QS)/heldout_retrieval.json \
 		$(foreach l,de fr es,--pair=$(CORPUS)/heldout.en.txt,$(CORPUS)/heldout.$(l).txt)
+
+# Multi30k (from ../shared/data) as the contrastive recipes read it: a SentencePiece
+# vocabulary with <2xx> tokens and en-de/fr/cs TFRecords.
+multi30k: $(STAMP)
+	$(PY) tools/train_spm.py $(foreach l,$(M30K_LANGS),--input=$(M30K)/train.$(l).gz) \
+		--languages=en,de,fr,cs --vocab_size=8000 --model_prefix=runs/multi30k/spm/m30k
+	$(PY) tools/make_tfrecords.py $(foreach l,$(M30K_LANGS),--input=$(l):$(M30K)/train.$(l).gz) \
+		--pivot=en --output_dir=runs/multi30k/records --prefix=multi30k
 
 clean:
 	rm -rf runs .pytest_cache

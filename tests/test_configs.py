@@ -34,3 +34,17 @@ def test_seed000_two_stages_stage2_starts_from_stage1(tmp_path, quickstart_recor
                 f"make_dataset.corpora = ['{quickstart_records}']")
     assert "Initialized the encoder from stage1/checkpoints/ckpt-3" in out
     assert "step 3/3 loss" in out and " tau " in out
+
+
+@pytest.mark.parametrize(
+    "config,objective_metric",
+    [("moco.gin", "accuracy"), ("bide_ams.gin", "length_penalty"), ("ems.gin", "xtr_loss"),
+     ("ems_paper.gin", "contrastive_loss")],
+)
+def test_contrastive_recipes_on_a_vocabulary_with_language_tokens(tmp_path, spm_model, quickstart_records, config,
+                                                                  objective_metric):
+    out = train(config, "model", tmp_path, f"SentencePieceTokenizer.model_file = '{spm_model}'",
+                f"make_dataset.corpora = ['{quickstart_records}']", "make_dataset.max_tokens = 48",
+                "SentencePieceTokenizer.max_length = 48")
+    assert "step 3/3 loss" in out and objective_metric in out
+    assert (tmp_path / "model" / "export" / "final" / "saved_model.pb").exists()

@@ -10,7 +10,10 @@ from tf_msemb.data import labeled_pairs  # noqa: F401
 from tf_msemb.data import pipeline  # noqa: F401
 from tf_msemb.models import encoder  # noqa: F401
 from tf_msemb.models import pretrained  # noqa: F401
+from tf_msemb.objectives import bidirectional_dual_encoder  # noqa: F401
+from tf_msemb.objectives import dual_momentum_contrast  # noqa: F401
 from tf_msemb.objectives import ema_teacher_distillation  # noqa: F401
+from tf_msemb.objectives import ems  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
 from tf_msemb.objectives import siamese_similarity  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401

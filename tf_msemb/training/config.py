@@ -19,10 +19,14 @@ SMOKE_BINDINGS = (
 
 
 def parse_config(gin_files, gin_params, smoke=False):
-    """Parses gin files and bindings; a bad binding becomes one readable error."""
+    """Parses gin files and bindings; a bad binding becomes one readable error.
+
+    A config's `include` lines may name files beside it (`include "ems.gin"`).
+    """
     for path in gin_files:
         if not os.path.exists(path):
             raise SystemExit(f"error: gin file not found: {path}")
+        gin.add_config_file_search_path(os.path.dirname(os.path.abspath(path)))
     bindings = list(gin_params) + (list(SMOKE_BINDINGS) if smoke else [])
     try:
         gin.parse_config_files_and_bindings(gin_files, bindings)

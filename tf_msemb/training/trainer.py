@@ -150,4 +150,8 @@ def train(
     writer.close()
     path = export_saved_model(tokenizer, model.encoder, os.path.join(model_dir, "export", "final"))
     print(f"Exported SavedModel: {path}")
+    target_encoder = getattr(model, "target_encoder", model.encoder)
+    if target_encoder is not model.encoder:
+        target = export_saved_model(tokenizer, target_encoder, os.path.join(model_dir, "export", "final_target"))
+        print(f"Exported the target-side encoder: {target}")
     return {"export": path, "steps": step - first_step, "pairs_per_second": steady_rate}
