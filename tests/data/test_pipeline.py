@@ -169,3 +169,26 @@ def test_hard_negatives_come_as_a_third_token_axis(tokenizer, tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError):
         next(iter(make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
                                num_hard_negatives=3)))
+
+
+def test_nli_batches_ride_along_for_multitask_objectives(tokenizer, quickstart_records, tmp_path,
+                                                         two_device_strategy):
+    import json
+
+    import gin
+
+    rows = [{"sentence1": f"A man plays {i}.", "sentence2": "Someone plays.", "gold_label": "entailment"}
+            for i in range(40)]
+    (tmp_path / "nli.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = dict(tokenizer=tokenizer, corpora=[quickstart_records], max_tokens=48, nli_global_batch_size=6)
+    with pytest.raises(CorpusError, match="make_labeled_dataset.path"):
+        make_distributed_dataset(two_device_strategy, 8, **options)
+    gin.parse_config([f"make_labeled_dataset.path = '{tmp_path}/nli.jsonl'", "make_labeled_dataset.format = 'nli_jsonl'"])
+    try:
+        batch = next(iter(make_distributed_dataset(two_device_strategy, 8, **options)))
+    finally:
+        gin.clear_config()
+    for replica in two_device_strategy.experimental_local_results(batch["nli"]["target"]):
+        assert replica.shape == (3,) and set(replica.numpy()) == {0.0}
+    for replica in two_device_strategy.experimental_local_results(batch["src"]["token_ids"]):
+        assert replica.shape[0] == 4

@@ -104,3 +104,37 @@ def test_loss_falls_on_real_pairs(tokenizer, quickstart_records):
         losses.append(float(step(next(data))["loss"]))
     # The queue fills over the first 16 steps, which raises the loss before it falls.
     assert np.mean(losses[-10:]) < 0.7 * max(losses[:20])
+
+
+def _nli_batch(rng, batch=8):
+    return {"a": random_tokens(rng, (batch, 6), 50), "b": random_tokens(rng, (batch, 5), 50),
+            "target": rng.integers(0, 3, size=batch).astype(np.float32)}
+
+
+def test_nli_multitask_adds_alpha_times_the_head_cross_entropy():
+    from tf_msemb.losses.siamese import pair_features
+
+    options = dict(queue_size=8, in_batch_negatives=True, temperature=0.1, nli_weight=0.1, nli_dropout=0.0)
+    plain = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, **options | {"nli_weight": 0.0})
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, **options)
+    assert model.data_options() == {"nli_global_batch_size": 128} and plain.data_options() == {}
+    rng = np.random.default_rng(3)
+    data = _batch(rng) | {"nli": _nli_batch(rng)}
+    logs = model.train_step(data)
+    translation = float(plain.train_step(data)["loss"])
+    logits = model.nli_head(pair_features(model.encoder(data["nli"]["a"]), model.encoder(data["nli"]["b"])))
+    log_probs = tf.nn.log_softmax(logits).numpy()
+    cross_entropy = -np.mean(log_probs[np.arange(8), data["nli"]["target"].astype(int)])
+    assert float(logs["nli_loss"]) == pytest.approx(cross_entropy, rel=1e-5)
+    assert float(logs["loss"]) == pytest.approx(translation + 0.1 * cross_entropy, rel=1e-5)
+
+
+def test_nli_multitask_two_replicas_equal_one(two_device_strategy):
+    rng = np.random.default_rng(4)
+    batch = _batch(rng) | {"nli": _nli_batch(rng)}
+    assert_two_replicas_match_one(
+        lambda: _model(50, keras.optimizers.SGD(1.0), dropout=0.0, queue_size=16, in_batch_negatives=True,
+                       nli_weight=0.1, nli_dropout=0.0),
+        batch,
+        two_device_strategy,
+    )

@@ -15,6 +15,7 @@ import os
 import gin
 import tensorflow as tf
 
+from tf_msemb.data.labeled_pairs import make_labeled_dataset
 from tf_msemb.data.records import parse_examples
 from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.writing import MANIFEST_SUFFIX
@@ -262,8 +263,27 @@ def make_dataset(
     return batches.prefetch(tf.data.AUTOTUNE)
 
 
-def make_distributed_dataset(strategy, global_batch_size, **kwargs):
-    """`make_dataset` under a strategy: one pipeline per worker, per-replica batches."""
+def _check_nli_bindings():
+    """The NLI multi-task input must be bound in gin; says what to bind when it is not."""
+    try:
+        path = gin.query_parameter("make_labeled_dataset.path")
+        nli_format = gin.query_parameter("make_labeled_dataset.format")
+    except ValueError:
+        path = nli_format = None
+    if not path or nli_format != "nli_jsonl":
+        raise CorpusError("The NLI multi-task head needs make_labeled_dataset.path (an SNLI/MultiNLI jsonl file) "
+                          "and make_labeled_dataset.format = 'nli_jsonl' in the gin config.")
+
+
+def make_distributed_dataset(strategy, global_batch_size, nli_global_batch_size=None, **kwargs):
+    """`make_dataset` under a strategy: one pipeline per worker, per-replica batches.
+
+    With `nli_global_batch_size`, each batch also carries `nli`: a batch of
+    labeled NLI pairs from `make_labeled_dataset` (its path and format bound
+    in gin), for multi-task objectives (seed 002 Appendix B).
+    """
+    if nli_global_batch_size:
+        _check_nli_bindings()
     if global_batch_size % strategy.num_replicas_in_sync:
         raise ValueError(
             f"Global batch {global_batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
@@ -271,6 +291,15 @@ def make_distributed_dataset(strategy, global_batch_size, **kwargs):
 
     def dataset_fn(input_context):
         per_replica = input_context.get_per_replica_batch_size(global_batch_size)
-        return make_dataset(batch_size=per_replica, input_context=input_context, **kwargs)
+        pairs = make_dataset(batch_size=per_replica, input_context=input_context, **kwargs)
+        if not nli_global_batch_size:
+            return pairs
+        nli = make_labeled_dataset(
+            tokenizer=kwargs["tokenizer"],
+            batch_size=input_context.get_per_replica_batch_size(nli_global_batch_size),
+            seed=kwargs.get("seed", 0),
+            input_context=input_context,
+        )
+        return tf.data.Dataset.zip(pairs, nli).map(lambda batch, nli_batch: batch | {"nli": nli_batch})
 
     return strategy.distribute_datasets_from_function(dataset_fn)

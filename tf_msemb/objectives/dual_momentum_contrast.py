@@ -6,6 +6,8 @@ import tensorflow as tf
 from keras import ops
 
 from tf_msemb.losses.momentum_contrast import symmetric_queue_loss
+from tf_msemb.losses.siamese import nli_softmax_loss
+from tf_msemb.losses.siamese import pair_features
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.cross_replica import gather_candidates
@@ -37,10 +39,17 @@ class DualMomentumContrast(keras.Model):
         temperature: T of Eq. 2 (0.04 in the paper).
         in_batch_negatives: also use the other keys of the global batch as
             negatives (not in the paper; useful while the queue fills).
+        nli_weight: alpha of the NLI multi-task loss (Appendix B Eq. 5;
+            0.1 in the paper, 0 for none). Batches then carry `nli`
+            (`make_labeled_dataset` with `format = "nli_jsonl"`).
+        nli_batch_size: global NLI batch (128 in the paper).
+        nli_hidden, nli_dropout: the NLI head's hidden layer (256, ReLU) and
+            its dropout (0.1); the head classifies `(u, v, |u - v|)` 3 ways.
     """
 
     def __init__(self, encoder, separate_encoders=False, momentum=0.999, queue_size=65_536, temperature=0.04,
-                 in_batch_negatives=False, **kwargs):
+                 in_batch_negatives=False, nli_weight=0.0, nli_batch_size=128, nli_hidden=256, nli_dropout=0.1,
+                 **kwargs):
         super().__init__(**kwargs)
         if queue_size < 0 or (queue_size == 0 and not in_batch_negatives):
             raise ValueError(f"queue_size={queue_size} leaves no negatives; use a positive size or in_batch_negatives.")
@@ -69,8 +78,21 @@ class DualMomentumContrast(keras.Model):
         self.queue_y = keras.Variable(ops.zeros((queue_size, dim)), name="queue_y", **state)
         self.queue_pointer = keras.Variable(0, dtype="int32", name="queue_pointer", **state)
         self.queue_filled = keras.Variable(0, dtype="int32", name="queue_filled", **state)
+        self.nli_weight = nli_weight
+        self.nli_batch_size = nli_batch_size
+        if nli_weight:
+            self.nli_head = keras.Sequential(
+                [
+                    keras.layers.Dense(nli_hidden, activation="relu", name="nli_hidden"),
+                    keras.layers.Dropout(nli_dropout),
+                    keras.layers.Dense(3, name="nli_classifier"),
+                ],
+                name="nli_head",
+            )
+            self.nli_head.build((None, 3 * dim))
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
+        self.nli_tracker = keras.metrics.Mean(name="nli_loss")
 
     def _encoder_pairs(self):
         pairs = [(self.encoder, self.momentum_encoder)]
@@ -79,15 +101,15 @@ class DualMomentumContrast(keras.Model):
         return pairs
 
     def data_options(self):
-        """Nothing beyond `src` and `tgt` tokens."""
-        return {}
+        """An NLI batch beside the translation pairs when the multi-task head is on."""
+        return {"nli_global_batch_size": self.nli_batch_size} if self.nli_weight else {}
 
     def build(self, inputs_shape=None):
         self.built = True
 
     @property
     def metrics(self):
-        return [self.loss_tracker, self.accuracy_tracker]
+        return [self.loss_tracker, self.accuracy_tracker] + ([self.nli_tracker] if self.nli_weight else [])
 
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
@@ -112,6 +134,12 @@ class DualMomentumContrast(keras.Model):
             h_y = l2_normalize(self.target_encoder(data["tgt"], training=True))
             loss = symmetric_queue_loss(h_x, h_y, keys_x, keys_y, labels, self.queue_x.value, self.queue_y.value,
                                         self.temperature, valid, self.in_batch_negatives)
+            if self.nli_weight:
+                premise = self.encoder(data["nli"]["a"], training=True)
+                hypothesis = self.encoder(data["nli"]["b"], training=True)
+                logits = self.nli_head(pair_features(premise, hypothesis), training=True)
+                nli_loss = nli_softmax_loss(logits, data["nli"]["target"])
+                loss = loss + self.nli_weight * nli_loss
             scaled_loss = loss / num_replicas()
         gradients = tape.gradient(scaled_loss, self.trainable_variables)
         self.optimizer.apply(gradients, self.trainable_variables)
@@ -122,4 +150,6 @@ class DualMomentumContrast(keras.Model):
         hits = tf.argmax(tf.matmul(h_x, keys_y, transpose_b=True), axis=1, output_type=tf.int32) == labels
         self.loss_tracker.update_state(loss)
         self.accuracy_tracker.update_state(tf.reduce_mean(tf.cast(hits, tf.float32)))
+        if self.nli_weight:
+            self.nli_tracker.update_state(nli_loss)
         return {m.name: m.result() for m in self.metrics}
