@@ -79,3 +79,27 @@ def test_pool_and_document_retrieval_with_exact_and_approximate_indexes(quicksta
     documents = results["exact"]["documents docs.en / docs.de"]
     assert documents["size"] == 22 and documents["P@1"] >= sentences["P@1"]
     assert abs(results["hnsw"]["heldout.en.txt / heldout.de.txt (pool 500)"]["P@1"] - sentences["P@1"]) < 0.05
+
+
+def test_mining_cli_picks_the_threshold_on_train_and_reports_test(quickstart_run, tmp_path):
+    work, _ = quickstart_run
+    english = (CORPUS / "heldout.en.txt").read_text().splitlines()
+    german = (CORPUS / "heldout.de.txt").read_text().splitlines()
+    extra_en = (CORPUS / "train.en.txt").read_text().splitlines()
+    extra_de = (CORPUS / "train.de.txt").read_text().splitlines()
+    args = []
+    for split, rows, distractors in (("train", range(0, 55), range(0, 30)), ("test", range(55, 110), range(30, 60))):
+        # Gold pairs plus sentences on each side that have no translation in the other pool.
+        src = [f"en{i}\t{english[i]}" for i in rows] + [f"xen{j}\t{extra_en[j]}" for j in distractors]
+        tgt = [f"xde{j}\t{extra_de[j + 100]}" for j in distractors] + [f"de{i}\t{german[i]}" for i in rows][::-1]
+        gold = [f"en{i}\tde{i}" for i in rows]
+        for name, lines in (("src", src), ("tgt", tgt), ("gold", gold)):
+            (tmp_path / f"{split}.{name}").write_text("\n".join(lines) + "\n")
+        suffix = "_train" if split == "train" else ""
+        args += [f"--{name}{suffix}={tmp_path}/{split}.{name}" for name in ("src", "tgt", "gold")]
+    run(["-m", "tf_msemb.evaluate", f"--model={work}/runs/quickstart/model", "--task=mining", "--selection=max",
+         f"--output={tmp_path}/mining.json", *args], work)
+    results = json.loads((tmp_path / "mining.json").read_text())
+    assert results["test"]["threshold"] == results["train"]["threshold"]
+    assert results["train"]["size"] == results["test"]["size"] == 55
+    assert results["test"]["f1"] > 0.7, results

@@ -17,10 +17,10 @@ sentence 1 with German sentence 2), and each track of SemEval STS files
 (`STS.input.<track>.txt` with `STS.gs.<track>.txt`) in `--semeval_dir`. `--joined` adds all sets scored as one
 pool and the language-bias difference (seed 001, Table 8).
 
-mining: BUCC-style bitext mining. `--mining_train=SRC,TGT,GOLD` and
-`--mining_test=SRC,TGT,GOLD` name `id<TAB>sentence` files and an
-`id1<TAB>id2` gold file; the score threshold that maximizes F1 on train is
-applied to test. `--margin` (ratio, distance, absolute, rescore,
+mining: BUCC-style bitext mining. `--src_train`, `--tgt_train` and
+`--gold_train` name the train split (`id<TAB>sentence` files and an
+`id1<TAB>id2` gold file), `--src`, `--tgt`, `--gold` the test split; the
+score threshold that maximizes F1 on train is applied to test. `--margin` (ratio, distance, absolute, rescore,
 rescore_one_sided), `--selection` (forward, backward, intersect, max), `--knn`.
 
 classify: zero-shot cross-lingual transfer. An MLP trained on the frozen
@@ -74,8 +74,12 @@ flags.DEFINE_multi_string("stsb_pair", [], "Language pair of --stsb_dir, e.g. en
 flags.DEFINE_string("split", "dev", "Split of the multilingual STS-b files (sts).")
 flags.DEFINE_string("semeval_dir", None, "Directory of SemEval STS.input.*.txt / STS.gs.*.txt files (sts).")
 flags.DEFINE_bool("joined", False, "Also score all STS sets as one pool and report the language bias (sts).")
-flags.DEFINE_string("mining_train", None, "SRC,TGT,GOLD files whose best-F1 threshold is chosen (mining).")
-flags.DEFINE_string("mining_test", None, "SRC,TGT,GOLD files scored with that threshold (mining).")
+flags.DEFINE_string("src_train", None, "Train split: source id<TAB>sentence file (mining).")
+flags.DEFINE_string("tgt_train", None, "Train split: target id<TAB>sentence file (mining).")
+flags.DEFINE_string("gold_train", None, "Train split: id1<TAB>id2 gold pairs; its best-F1 threshold is used (mining).")
+flags.DEFINE_string("src", None, "Test split: source id<TAB>sentence file (mining).")
+flags.DEFINE_string("tgt", None, "Test split: target id<TAB>sentence file (mining).")
+flags.DEFINE_string("gold", None, "Test split: id1<TAB>id2 gold pairs, scored at the train threshold (mining).")
 flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score (mining).")
 flags.DEFINE_enum("selection", "intersect", list(mining.SELECTIONS), "Candidate selection (mining).")
 flags.DEFINE_integer("knn", 4, "Neighbours per direction (mining).")
@@ -252,9 +256,13 @@ def main(argv):
             results = evaluate_classification(load_model(FLAGS.model), FLAGS.classify_train, FLAGS.classify_test,
                                               FLAGS.seeds, FLAGS.batch_size)
         elif FLAGS.task == "mining":
-            if not FLAGS.mining_train:
-                raise CorpusError("mining needs --mining_train=SRC,TGT,GOLD (and usually --mining_test)")
-            results = evaluate_mining(load_model(FLAGS.model), FLAGS.mining_train, FLAGS.mining_test, FLAGS.knn,
+            train = (FLAGS.src_train, FLAGS.tgt_train, FLAGS.gold_train)
+            test = (FLAGS.src, FLAGS.tgt, FLAGS.gold)
+            if not all(train) or any(test) and not all(test):
+                raise CorpusError("mining needs --src_train, --tgt_train and --gold_train (and for a test split "
+                                  "all of --src, --tgt and --gold)")
+            test_spec = ",".join(test) if all(test) else None
+            results = evaluate_mining(load_model(FLAGS.model), ",".join(train), test_spec, FLAGS.knn,
                                       FLAGS.margin, FLAGS.selection, FLAGS.batch_size, index=FLAGS.index,
                                       nprobe=FLAGS.nprobe)
         else:
