@@ -55,6 +55,7 @@ def run_child():
     seconds = time.perf_counter() - start
     print(json.dumps({
         "sentences": len(sentences),
+        "mean_words": sum(len(s.split()) for s in sentences) / len(sentences),
         "dim": int(embeddings.shape[1]),
         "sentences_per_second": FLAGS.passes * len(sentences) / seconds,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -73,9 +74,10 @@ def main(argv):
     if result.returncode != 0:
         sys.exit(f"error: encoding benchmark failed:\n{result.stderr[-2000:]}")
     r = json.loads(result.stdout.strip().splitlines()[-1])
-    print(f"{'encoder':<10} {'batch':>6} {'max words':>10} {'sentences':>10} {'sentences/s':>12} {'peak RSS MiB':>13}")
+    print(f"{'encoder':<10} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
+          f"{'peak RSS MiB':>13}")
     max_words = FLAGS.max_words or "-"
-    print(f"{'tf_msemb':<10} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} "
+    print(f"{'tf_msemb':<10} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {r['mean_words']:>11.1f} "
           f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f}")
 
 
