@@ -15,7 +15,7 @@ too, as in in-batch training; the paper uses only the queue.
 
 from keras import ops
 
-from tf_msemb.losses.translation_ranking import in_batch_softmax_loss
+from tf_msemb.losses.translation_ranking import softmax_loss_from_cosines
 
 
 def queue_info_nce(queries, keys, labels, queue, temperature=0.04, queue_valid=None, in_batch_negatives=False):
@@ -30,9 +30,11 @@ def queue_info_nce(queries, keys, labels, queue, temperature=0.04, queue_valid=N
     if queue_valid is None:
         queue_valid = ops.ones((queue_size,), "bool")
     queue_mask = ops.broadcast_to(ops.cast(queue_valid, "bool")[None, :], (ops.shape(queries)[0], queue_size))
-    candidates = ops.concatenate([keys, queue], axis=0)
+    # Scored block by block: concatenating the candidates would copy the whole queue every step.
+    queries = ops.cast(queries, "float32")
+    cosine = ops.concatenate([ops.einsum("bd,nd->bn", queries, keys), ops.einsum("bd,kd->bk", queries, queue)], axis=1)
     mask = ops.concatenate([key_mask, queue_mask], axis=1)
-    return in_batch_softmax_loss(queries, candidates, labels, 1.0 / temperature, candidate_mask=mask)
+    return softmax_loss_from_cosines(cosine, labels, 1.0 / temperature, candidate_mask=mask)
 
 
 def symmetric_queue_loss(h_x, h_y, key_x, key_y, labels, queue_x, queue_y, temperature=0.04, queue_valid=None,

@@ -32,7 +32,12 @@ def in_batch_softmax_loss(queries, candidates, labels, scale=20.0, margin=0.0, c
             left out of the softmax (unfilled queue slots, duplicates).
     """
     cosine = ops.matmul(ops.cast(queries, "float32"), ops.transpose(ops.cast(candidates, "float32")))
-    positive = ops.one_hot(labels, ops.shape(candidates)[0], dtype="float32")
+    return softmax_loss_from_cosines(cosine, labels, scale, margin, candidate_mask)
+
+
+def softmax_loss_from_cosines(cosine, labels, scale=20.0, margin=0.0, candidate_mask=None):
+    """`in_batch_softmax_loss` from precomputed `[b, n]` cosines (e.g. blocks scored separately)."""
+    positive = ops.one_hot(labels, ops.shape(cosine)[1], dtype="float32")
     logits = scale * (cosine - margin * positive)
     if candidate_mask is not None:
         mask = ops.broadcast_to(ops.cast(candidate_mask, "bool"), ops.shape(logits))

@@ -74,8 +74,8 @@ class DualMomentumContrast(keras.Model):
         ]
         dim = encoder.output_dim
         state = dict(trainable=False, aggregation="only_first_replica")
-        self.queue_x = keras.Variable(ops.zeros((queue_size, dim)), name="queue_x", **state)
-        self.queue_y = keras.Variable(ops.zeros((queue_size, dim)), name="queue_y", **state)
+        self.queue_x = keras.Variable("zeros", shape=(queue_size, dim), dtype="float32", name="queue_x", **state)
+        self.queue_y = keras.Variable("zeros", shape=(queue_size, dim), dtype="float32", name="queue_y", **state)
         self.queue_pointer = keras.Variable(0, dtype="int32", name="queue_pointer", **state)
         self.queue_filled = keras.Variable(0, dtype="int32", name="queue_filled", **state)
         self.nli_weight = nli_weight
