@@ -138,3 +138,18 @@ def test_nli_multitask_two_replicas_equal_one(two_device_strategy):
         batch,
         two_device_strategy,
     )
+
+
+def test_checkpoints_hold_queues_pointer_and_momentum_encoder(tmp_path):
+    model = _model(50, keras.optimizers.SGD(0.1), dropout=0.0, queue_size=12, in_batch_negatives=True)
+    rng = np.random.default_rng(5)
+    for _ in range(2):
+        model.train_step(_batch(rng))
+    path = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(str(tmp_path / "ckpt"))
+    restored = _model(50, keras.optimizers.SGD(0.1), dropout=0.0, queue_size=12, in_batch_negatives=True, seed=7)
+    tf.train.Checkpoint(model=restored, optimizer=restored.optimizer).read(path).assert_existing_objects_matched()
+    for name in ("queue_x", "queue_y", "queue_pointer", "queue_filled"):
+        np.testing.assert_array_equal(getattr(restored, name).numpy(), getattr(model, name).numpy())
+    assert int(restored.queue_pointer.numpy()) == 4
+    for a, b in zip(restored.momentum_encoder.weights, model.momentum_encoder.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

@@ -75,6 +75,11 @@ class SentenceEncoder(keras.Model):
             )
             for i in range(num_layers)
         ]
+        # TensorFlow checkpoints do not follow Keras' list attributes: name each
+        # layer too, or non-trained copies (EMA teacher, momentum encoder) lose
+        # their transformer weights on restore.
+        for layer in self.transformer_layers:
+            setattr(self, layer.name, layer)
         self.pooling = make_pooling(self.pooling_spec, pooled_dim)
 
     @property
