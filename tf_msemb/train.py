@@ -4,6 +4,11 @@
 seconds-long run (tiny model, few steps) to check a config end to end;
 `--cpu_devices=N` splits the CPU into N logical devices so multi-replica
 strategies can be tried without accelerators.
+
+Problems a user can fix (a missing or corrupt file, an empty corpus, an
+unknown language tag, a teacher of the wrong width, bad gin, a NaN loss, no
+TPU) end the run with one `error: ...` line; `--verbosity=1` shows the
+traceback as well.
 """
 
 import sys
@@ -13,6 +18,8 @@ from absl import flags
 from absl import logging
 
 from tf_msemb.training.config import parse_config
+from tf_msemb.training.errors import one_line
+from tf_msemb.training.strategy import configured_strategy
 from tf_msemb.training.strategy import split_cpu
 from tf_msemb.training.trainer import train
 
@@ -32,7 +39,14 @@ def main(argv):
     if FLAGS.cpu_devices:
         split_cpu(FLAGS.cpu_devices)
     parse_config(FLAGS.gin_file, FLAGS.gin_param, FLAGS.smoke)
-    train(FLAGS.model_dir)
+    try:
+        # Before gin builds the tokenizer: multi-worker collectives must be set up before any op runs.
+        train(FLAGS.model_dir, strategy=configured_strategy())
+    except Exception as e:  # noqa: BLE001 -- only errors `one_line` recognizes are shortened
+        message = one_line(e)
+        if message is None or FLAGS["verbosity"].present:
+            raise
+        raise SystemExit(f"error: {message}") from None
 
 
 if __name__ == "__main__":

@@ -166,9 +166,10 @@ def test_hard_negatives_come_as_a_third_token_axis(tokenizer, tmp_path):
     for row, tokens in enumerate(expected):
         assert ids[0, row, : len(tokens)].tolist() == tokens
         assert mask[0, row].sum() == len(tokens) and (ids[0, row][~mask[0, row]] == tokenizer.pad_id).all()
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        next(iter(make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
-                               num_hard_negatives=3)))
+    with pytest.raises(CorpusError, match=r"h\.en-de\.tfrecord-00000-of-00001 has 2 hard negatives per pair but "
+                                          r"num_hard_negatives=3"):
+        make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
+                     num_hard_negatives=3)
 
 
 def test_nli_batches_ride_along_for_multitask_objectives(tokenizer, quickstart_records, tmp_path,

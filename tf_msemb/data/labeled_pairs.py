@@ -12,6 +12,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
+from tf_msemb.data.distributed import ReplicaInput
 from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.text_files import read_lines
 
@@ -164,4 +165,4 @@ def make_distributed_labeled_dataset(strategy, global_batch_size, **kwargs):
         per_replica = input_context.get_per_replica_batch_size(global_batch_size)
         return make_labeled_dataset(batch_size=per_replica, input_context=input_context, **kwargs)
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return ReplicaInput(strategy, global_batch_size, dataset_fn)

@@ -15,7 +15,9 @@ import os
 import gin
 import tensorflow as tf
 
+from tf_msemb.data.distributed import ReplicaInput
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
+from tf_msemb.data.records import check_shards
 from tf_msemb.data.records import parse_examples
 from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.writing import MANIFEST_SUFFIX
@@ -167,11 +169,14 @@ def make_dataset(
     With `teacher_tokenizer`, `teacher_src` holds the source in a live
     teacher's own tokens (truncated to its length, never filtered); with
     `include_text` the raw `src_text`/`tgt_text` strings come along.
-    With `num_hard_negatives=h`, `hard_negatives` holds each pair's first h
+    With `num_hard_negatives=h`, `hard_negatives` holds each pair's h
     hard negatives as tokens `[b, h, length]` (truncated to the tokenizer's
-    `max_length`; pairs with fewer are an error). With `language_ids`,
+    `max_length`; records must hold exactly h). With `language_ids`,
     `src_lang_id`/`tgt_lang_id` `[b]` are the ids of the `<2xx>` tokens of
     the pair's tags, for `languages` (default: those the manifests name).
+    The first record of every shard is checked before reading starts; the
+    returned dataset's `source_files` lists the shards, so a record found
+    corrupt later can be traced to its file (`find_corrupt_shard`).
     """
     if isinstance(corpora, str):
         corpora = [corpora]
@@ -183,6 +188,7 @@ def make_dataset(
     if not corpora:
         raise CorpusError("No corpora given: set make_dataset.corpora to manifests or TFRecord globs.")
     leaves = stream_weights(corpora, corpus_weights, pair_weights, proportional)
+    check_shards([path for files, _ in leaves for path in files], teacher_dim, num_hard_negatives)
     if language_ids:
         language_table, known_languages = language_token_table(tokenizer, languages or corpus_languages(corpora))
     streams = [_read_stream(files, seed + i, input_context, repeat) for i, (files, _) in enumerate(leaves)]
@@ -260,7 +266,9 @@ def make_dataset(
     if include_text:
         padding.update(src_text="", tgt_text="")
     batches = examples.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    batches = batches.prefetch(tf.data.AUTOTUNE)
+    batches.source_files = [path for files, _ in leaves for path in files]
+    return batches
 
 
 def _check_nli_bindings():
@@ -276,7 +284,7 @@ def _check_nli_bindings():
 
 
 def make_distributed_dataset(strategy, global_batch_size, nli_global_batch_size=None, **kwargs):
-    """`make_dataset` under a strategy: one pipeline per worker, per-replica batches.
+    """`make_dataset` under a strategy: one pipeline per replica (a checkpointable `ReplicaInput`).
 
     With `nli_global_batch_size`, each batch also carries `nli`: a batch of
     labeled NLI pairs from `make_labeled_dataset` (its path and format bound
@@ -284,10 +292,6 @@ def make_distributed_dataset(strategy, global_batch_size, nli_global_batch_size=
     """
     if nli_global_batch_size:
         _check_nli_bindings()
-    if global_batch_size % strategy.num_replicas_in_sync:
-        raise ValueError(
-            f"Global batch {global_batch_size} is not divisible by {strategy.num_replicas_in_sync} replicas."
-        )
 
     def dataset_fn(input_context):
         per_replica = input_context.get_per_replica_batch_size(global_batch_size)
@@ -300,6 +304,8 @@ def make_distributed_dataset(strategy, global_batch_size, nli_global_batch_size=
             seed=kwargs.get("seed", 0),
             input_context=input_context,
         )
-        return tf.data.Dataset.zip(pairs, nli).map(lambda batch, nli_batch: batch | {"nli": nli_batch})
+        zipped = tf.data.Dataset.zip(pairs, nli).map(lambda batch, nli_batch: batch | {"nli": nli_batch})
+        zipped.source_files = pairs.source_files
+        return zipped
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return ReplicaInput(strategy, global_batch_size, dataset_fn)

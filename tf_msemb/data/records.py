@@ -10,6 +10,8 @@
 
 import tensorflow as tf
 
+from tf_msemb.data.text_files import CorpusError
+
 TEXT_FIELDS = ("src", "tgt", "src_lang", "tgt_lang")
 
 
@@ -49,3 +51,66 @@ def feature_spec(teacher_dim=None, num_hard_negatives=None):
 def parse_examples(serialized, teacher_dim=None, num_hard_negatives=None):
     """Parses a 1-D batch of serialized examples into a dict of tensors."""
     return tf.io.parse_example(serialized, feature_spec(teacher_dim, num_hard_negatives))
+
+
+def _record_problem(serialized, teacher_dim, num_hard_negatives):
+    """What is wrong with one serialized pair for the requested spec, or None."""
+    try:
+        features = tf.train.Example.FromString(serialized).features.feature
+    except Exception:  # protobuf's DecodeError is not exported under a stable name
+        return "is not a serialized tf.train.Example"
+    missing = [name for name in TEXT_FIELDS if name not in features]
+    if teacher_dim is not None and "teacher" not in features:
+        missing.append("teacher")
+    if num_hard_negatives and "hard_negatives" not in features:
+        missing.append("hard_negatives")
+    if missing:
+        return f"lacks the field(s) {', '.join(missing)}"
+    if teacher_dim is not None:
+        size = len(features["teacher"].float_list.value)
+        if size != teacher_dim:
+            return f"holds teacher vectors of {size} values but the objective expects teacher_dim={teacher_dim}"
+    if num_hard_negatives:
+        size = len(features["hard_negatives"].bytes_list.value)
+        if size != num_hard_negatives:
+            return f"has {size} hard negatives per pair but num_hard_negatives={num_hard_negatives}"
+    return None
+
+
+def check_shards(files, teacher_dim=None, num_hard_negatives=None):
+    """Reads the first record of every shard and raises `CorpusError` naming the first bad one.
+
+    Catches shards that are not TFRecords, records without a required
+    field, and teacher vectors of another width before training starts.
+    """
+    for path in files:
+        try:
+            first = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
+        except tf.errors.DataLossError as e:
+            raise CorpusError(f"Corrupt TFRecord shard {path}: {data_loss_reason(e)}") from None
+        if first is None:
+            continue
+        problem = _record_problem(first.numpy(), teacher_dim, num_hard_negatives)
+        if problem:
+            raise CorpusError(f"TFRecord shard {path} {problem}.")
+
+
+def data_loss_reason(error):
+    """The useful part of a `DataLossError` ("corrupted record at 5394")."""
+    message = str(error.message if hasattr(error, "message") else error)
+    for marker in ("corrupted record", "truncated record", "corrupted", "truncated"):
+        start = message.find(marker)
+        if start >= 0:
+            return message[start:].split(" [Op:")[0].split("'")[0].strip()
+    return message.strip().splitlines()[0]
+
+
+def find_corrupt_shard(files):
+    """`(path, reason)` of the first shard that cannot be read to its end, or None."""
+    for path in files:
+        try:
+            for _ in tf.data.TFRecordDataset(path, buffer_size=1 << 20).batch(4096):
+                pass
+        except tf.errors.DataLossError as e:
+            return path, data_loss_reason(e)
+    return None

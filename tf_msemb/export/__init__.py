@@ -1,6 +1,7 @@
-"""Raw-string SavedModel export (TF-Hub style)."""
+"""Raw-string SavedModel export (TF-Hub style), versioned for TF Serving."""
 
 from tf_msemb.export.saved_model import EmbeddingModule
 from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.export.saved_model import export_version
 
-__all__ = ["EmbeddingModule", "export_saved_model"]
+__all__ = ["EmbeddingModule", "export_saved_model", "export_version"]

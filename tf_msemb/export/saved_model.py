@@ -12,12 +12,20 @@ and tokenization run inside, pinned to the CPU; the tokenizer's model file is
 copied into `assets/`.
 """
 
+import datetime
+import json
+import os
+import shutil
+
+import keras
 import tensorflow as tf
 
+import tf_msemb
 from tf_msemb.models.encoder import l2_normalize
 
 INPUT_KEY = "inputs"
 OUTPUT_KEY = "outputs"
+METADATA_FILE = "tf_msemb_export.json"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
 
 
@@ -65,8 +73,53 @@ class EmbeddingModule(tf.Module):
         return {OUTPUT_KEY: self._embed(inputs, False)}
 
 
-def export_saved_model(tokenizer, encoder, path):
-    """Writes the SavedModel to `path` and returns `path`."""
+def export_metadata(tokenizer, encoder, step=None, objective=None):
+    """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
+    asset = getattr(tokenizer, "model_file", None) or getattr(tokenizer, "vocabulary_file", None)
+    return {
+        "format": "tf_msemb raw-string SavedModel",
+        "tf_msemb_version": tf_msemb.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "training_step": step,
+        "objective": objective,
+        "signature": {"name": "serving_default", "input": INPUT_KEY, "output": OUTPUT_KEY},
+        "input": "1-D tf.string tensor of raw sentences (normalized and tokenized inside)",
+        "embedding_dim": int(encoder.output_dim),
+        "normalization": "l2 (unit-length rows; dot product = cosine)",
+        "tokenizer": {
+            "class": type(tokenizer).__name__,
+            "asset": os.path.basename(asset) if asset else None,
+            "config": keras.saving.serialize_keras_object(tokenizer)["config"],
+        },
+        "encoder": keras.saving.serialize_keras_object(encoder),
+    }
+
+
+def export_saved_model(tokenizer, encoder, path, step=None, objective=None):
+    """Writes the SavedModel and its `tf_msemb_export.json` to `path`; returns `path`.
+
+    `step` and `objective` (the training step and the objective's class and
+    options) go into the metadata when the export comes from training.
+    """
     module = EmbeddingModule(tokenizer, encoder)
     tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
+        json.dump(export_metadata(tokenizer, encoder, step, objective), f, indent=2, default=str)
+    return path
+
+
+def export_version(tokenizer, encoder, export_dir, step, objective=None, final=False):
+    """Writes `export_dir/<step>` (a version TF Serving picks up) and, when `final`, copies it to `export_dir/final`.
+
+    Returns the versioned path. An existing directory for the same step is replaced.
+    """
+    path = os.path.join(export_dir, str(step))
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    export_saved_model(tokenizer, encoder, path, step=step, objective=objective)
+    if final:
+        final_path = os.path.join(export_dir, "final")
+        if os.path.exists(final_path):
+            shutil.rmtree(final_path)
+        shutil.copytree(path, final_path)
     return path

@@ -102,7 +102,8 @@ class SentenceEncoder(keras.Model):
         x = self.embeddings_dropout(self.embeddings_norm(x), training=training)
         for layer in self.transformer_layers:
             x = layer(x, padding_mask=mask, training=training)
-        pooled = self.pooling(x, mask)
+        # Float32 out under mixed precision: losses and exports want full-precision vectors.
+        pooled = ops.cast(self.pooling(x, mask), "float32")
         if self.normalize:
             pooled = l2_normalize(pooled)
         return pooled

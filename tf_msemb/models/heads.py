@@ -25,7 +25,7 @@ class ProjectedEncoder(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        return self.projection(self.encoder(inputs, training=training))
+        return keras.ops.cast(self.projection(self.encoder(inputs, training=training)), "float32")
 
     def get_config(self):
         config = super().get_config()

@@ -71,7 +71,7 @@ class BackboneEncoder(keras.Model):
         hidden = self.backbone(features, training=training)
         if isinstance(hidden, dict):
             hidden = hidden["sequence_output"]
-        pooled = self.pooling(hidden, mask)
+        pooled = keras.ops.cast(self.pooling(hidden, mask), "float32")
         return l2_normalize(pooled) if self.normalize else pooled
 
     def get_config(self):

@@ -1,14 +1,13 @@
 """`BidirectionalDualEncoder`: additive margin softmax both ways, hard negatives, length penalty (seed 004)."""
 
 import gin
-import keras
 import tensorflow as tf
 
 from tf_msemb.losses.length_penalty import embedding_length_penalty
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
-from tf_msemb.objectives.cross_replica import num_replicas
 from tf_msemb.objectives.translation_ranking import TranslationRanking
 
 
@@ -35,15 +34,12 @@ class BidirectionalDualEncoder(TranslationRanking):
         super().__init__(encoder, scale=scale, temperature=temperature, margin=margin, **kwargs)
         self.num_hard_negatives = num_hard_negatives
         self.length_penalty = length_penalty
-        self.penalty_tracker = keras.metrics.Mean(name="length_penalty")
+        self.options = dict(self.options, num_hard_negatives=num_hard_negatives, length_penalty=length_penalty)
+        self.add_trackers("length_penalty")
 
     def data_options(self):
         """Hard negatives as `[b, h, length]` tokens when `num_hard_negatives > 0`."""
         return {"num_hard_negatives": self.num_hard_negatives} if self.num_hard_negatives else {}
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.accuracy_tracker, self.penalty_tracker]
 
     def _hard_negatives(self, tokens):
         """`[b, h, l]` tokens -> `[b * h, d]` raw embeddings."""
@@ -64,16 +60,6 @@ class BidirectionalDualEncoder(TranslationRanking):
                                                  hard_negatives=negatives)
             penalty = embedding_length_penalty(tf.concat([raw_x, raw_y], axis=0), self.length_penalty)
             loss = ranking + penalty
-            scaled_loss = loss / num_replicas()
-        gradients = tape.gradient(scaled_loss, self.trainable_variables)
-        self.optimizer.apply(gradients, self.trainable_variables)
-        hits = tf.argmax(tf.matmul(x, gathered[1], transpose_b=True), axis=1, output_type=tf.int32) == labels
-        self.loss_tracker.update_state(loss)
-        self.accuracy_tracker.update_state(tf.reduce_mean(tf.cast(hits, tf.float32)))
-        self.penalty_tracker.update_state(penalty)
-        return {m.name: m.result() for m in self.metrics}
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_hard_negatives=self.num_hard_negatives, length_penalty=self.length_penalty)
-        return config
+            scaled_loss = self.loss_to_minimize(loss)
+        self.minimize(tape, scaled_loss)
+        return self.report(loss, accuracy(x, gathered[1], labels), penalty)

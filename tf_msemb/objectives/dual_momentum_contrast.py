@@ -3,20 +3,20 @@
 import gin
 import keras
 import tensorflow as tf
-from keras import ops
 
 from tf_msemb.losses.momentum_contrast import symmetric_queue_loss
 from tf_msemb.losses.siamese import nli_softmax_loss
 from tf_msemb.losses.siamese import pair_features
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.objectives.base import Objective
+from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
-from tf_msemb.objectives.cross_replica import num_replicas
 from tf_msemb.objectives.ema_teacher_distillation import clone_as_state
 
 
 @gin.configurable(denylist=["encoder"])
-class DualMomentumContrast(keras.Model):
+class DualMomentumContrast(Objective):
     """Base encoders learn by ranking their translation's momentum key above a queue of old keys.
 
     Per step (seed 002 Sec. 2): `h_x`, `h_y` from the base encoder(s); keys
@@ -50,10 +50,12 @@ class DualMomentumContrast(keras.Model):
     def __init__(self, encoder, separate_encoders=False, momentum=0.999, queue_size=65_536, temperature=0.04,
                  in_batch_negatives=False, nli_weight=0.0, nli_batch_size=128, nli_hidden=256, nli_dropout=0.1,
                  **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(ensure_built(encoder), **kwargs)
         if queue_size < 0 or (queue_size == 0 and not in_batch_negatives):
             raise ValueError(f"queue_size={queue_size} leaves no negatives; use a positive size or in_batch_negatives.")
-        self.encoder = ensure_built(encoder)
+        self.options = dict(separate_encoders=separate_encoders, momentum=momentum, queue_size=queue_size,
+                            temperature=temperature, in_batch_negatives=in_batch_negatives, nli_weight=nli_weight,
+                            nli_batch_size=nli_batch_size, nli_hidden=nli_hidden, nli_dropout=nli_dropout)
         self.separate_encoders = separate_encoders
         self.target_encoder = (
             ensure_built(encoder.__class__.from_config(encoder.get_config())) if separate_encoders else encoder
@@ -90,9 +92,7 @@ class DualMomentumContrast(keras.Model):
                 name="nli_head",
             )
             self.nli_head.build((None, 3 * dim))
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.accuracy_tracker = keras.metrics.Mean(name="accuracy")
-        self.nli_tracker = keras.metrics.Mean(name="nli_loss")
+        self.add_trackers("loss", "accuracy", *(["nli_loss"] if nli_weight else []))
 
     def _encoder_pairs(self):
         pairs = [(self.encoder, self.momentum_encoder)]
@@ -103,13 +103,6 @@ class DualMomentumContrast(keras.Model):
     def data_options(self):
         """An NLI batch beside the translation pairs when the multi-task head is on."""
         return {"nli_global_batch_size": self.nli_batch_size} if self.nli_weight else {}
-
-    def build(self, inputs_shape=None):
-        self.built = True
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.accuracy_tracker] + ([self.nli_tracker] if self.nli_weight else [])
 
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
@@ -140,16 +133,10 @@ class DualMomentumContrast(keras.Model):
                 logits = self.nli_head(pair_features(premise, hypothesis), training=True)
                 nli_loss = nli_softmax_loss(logits, data["nli"]["target"])
                 loss = loss + self.nli_weight * nli_loss
-            scaled_loss = loss / num_replicas()
-        gradients = tape.gradient(scaled_loss, self.trainable_variables)
-        self.optimizer.apply(gradients, self.trainable_variables)
+            scaled_loss = self.loss_to_minimize(loss)
+        self.minimize(tape, scaled_loss)
         for momentum_weight, base_weight in self._momentum_pairs:
             momentum_weight.assign(self.momentum * momentum_weight + (1.0 - self.momentum) * base_weight)
         if self.queue_size:
             self._enqueue(keys_x, keys_y)
-        hits = tf.argmax(tf.matmul(h_x, keys_y, transpose_b=True), axis=1, output_type=tf.int32) == labels
-        self.loss_tracker.update_state(loss)
-        self.accuracy_tracker.update_state(tf.reduce_mean(tf.cast(hits, tf.float32)))
-        if self.nli_weight:
-            self.nli_tracker.update_state(nli_loss)
-        return {m.name: m.result() for m in self.metrics}
+        return self.report(loss, accuracy(h_x, keys_y, labels), *([nli_loss] if self.nli_weight else []))

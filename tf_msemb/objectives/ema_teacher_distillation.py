@@ -3,13 +3,12 @@
 import math
 
 import gin
-import keras
 import tensorflow as tf
 from keras import ops
 
 from tf_msemb.losses.distillation import distillation_mse
 from tf_msemb.models.encoder import ensure_built
-from tf_msemb.objectives.cross_replica import num_replicas
+from tf_msemb.objectives.base import Objective
 
 
 def byol_tau(step, total_steps, tau_base):
@@ -37,13 +36,14 @@ def clone_as_state(encoder):
 
 
 @gin.configurable(denylist=["encoder"])
-class EMATeacherDistillation(keras.Model):
+class EMATeacherDistillation(Objective):
     """Student f_theta sees the translation, teacher f_xi the pivot; loss `MSE(f_theta(x_lg), f_xi(x_en))`.
 
     After every optimizer step `xi <- tau * xi + (1 - tau) * theta` over all
     float weights, with tau from `byol_tau` (or constant `tau_base` when
     `schedule="constant"`); `frozen=True` keeps the initial teacher (the
-    paper's ablation). Only the student is exported.
+    paper's ablation). The schedule position is the optimizer's step count,
+    so a resumed run continues the schedule. Only the student is exported.
 
     Args:
         encoder: the student; the teacher starts as an exact copy.
@@ -54,10 +54,9 @@ class EMATeacherDistillation(keras.Model):
     """
 
     def __init__(self, encoder, total_steps=gin.REQUIRED, tau_base=0.99999, schedule="cosine", frozen=False, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(encoder, **kwargs)
         if schedule not in ("cosine", "constant"):
             raise ValueError(f"Unknown tau schedule {schedule!r}; use 'cosine' or 'constant'.")
-        self.encoder = encoder
         self.total_steps = total_steps
         self.tau_base = tau_base
         self.schedule = schedule
@@ -66,22 +65,8 @@ class EMATeacherDistillation(keras.Model):
         self._pairs = [
             (t, s) for t, s in zip(self.teacher.weights, encoder.weights) if "float" in str(s.dtype)
         ]
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.tau_tracker = keras.metrics.Mean(name="tau")
-
-    def data_options(self):
-        """Nothing beyond `src` (pivot) and `tgt` (translation) tokens."""
-        return {}
-
-    def build(self, inputs_shape=None):
-        self.built = True
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.tau_tracker]
-
-    def call(self, inputs, training=False):
-        return self.encoder(inputs, training=training)
+        self.options = dict(total_steps=total_steps, tau_base=tau_base, schedule=schedule, frozen=frozen)
+        self.add_trackers("loss", "tau")
 
     def tau(self, step):
         if self.schedule == "constant":
@@ -93,13 +78,10 @@ class EMATeacherDistillation(keras.Model):
         with tf.GradientTape() as tape:
             prediction = self.encoder(data["tgt"], training=True)
             loss = distillation_mse(target, prediction)
-            scaled_loss = loss / num_replicas()
-        gradients = tape.gradient(scaled_loss, self.encoder.trainable_variables)
+            scaled_loss = self.loss_to_minimize(loss)
         tau = self.tau(self.optimizer.iterations)  # k = steps taken before this one
-        self.optimizer.apply(gradients, self.encoder.trainable_variables)
+        self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
         if not self.frozen:
             for teacher_weight, student_weight in self._pairs:
                 teacher_weight.assign(tau * teacher_weight + (1.0 - tau) * student_weight)
-        self.loss_tracker.update_state(loss)
-        self.tau_tracker.update_state(tau)
-        return {m.name: m.result() for m in self.metrics}
+        return self.report(loss, tau)

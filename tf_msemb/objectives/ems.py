@@ -9,14 +9,14 @@ from tf_msemb.losses.xtr import bag_of_tokens
 from tf_msemb.losses.xtr import bidirectional_xtr_loss
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.cross_replica import gather_candidates
-from tf_msemb.objectives.cross_replica import num_replicas
 
 CONTRASTIVE = ("info_nce", "ams", None)
 
 
 @gin.configurable(denylist=["encoder"])
-class EMS(keras.Model):
+class EMS(Objective):
     """One shared encoder trained with `(L_XTR + L_cntrs) / |B|` (seed 003 Sec. III).
 
     XTR head (Eq. 2-5): the target language's `<2xx>` token is embedded by
@@ -53,12 +53,14 @@ class EMS(keras.Model):
     def __init__(self, encoder, xtr=True, language_embedding=True, language_dim=128, contrastive="info_nce",
                  contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, special_ids=(0, 1, 2, 3),
                  **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(ensure_built(encoder), **kwargs)
         if contrastive not in CONTRASTIVE:
             raise ValueError(f"Unknown contrastive loss {contrastive!r}; choose from {CONTRASTIVE}.")
         if not xtr and contrastive is None:
             raise ValueError("EMS needs at least one objective: xtr=True or a contrastive loss.")
-        self.encoder = ensure_built(encoder)
+        self.options = dict(xtr=xtr, language_embedding=language_embedding, language_dim=language_dim,
+                            contrastive=contrastive, contrastive_mlp=contrastive_mlp, contrastive_dim=contrastive_dim,
+                            temperature=temperature, margin=margin, special_ids=list(special_ids))
         self.xtr = xtr
         self.language_embedding = language_embedding and xtr
         self.contrastive = contrastive
@@ -82,20 +84,11 @@ class EMS(keras.Model):
             self.contrastive_output = keras.layers.Dense(contrastive_dim, name="contrastive_output")
             self.contrastive_hidden.build((None, dim))
             self.contrastive_output.build((None, dim))
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.xtr_tracker = keras.metrics.Mean(name="xtr_loss")
-        self.contrastive_tracker = keras.metrics.Mean(name="contrastive_loss")
+        self.add_trackers("loss", "xtr_loss", "contrastive_loss")
 
     def data_options(self):
         """The `<2xx>` token ids of both sides when the XTR head is told the target language."""
         return {"language_ids": True} if self.language_embedding else {}
-
-    def build(self, inputs_shape=None):
-        self.built = True
-
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.xtr_tracker, self.contrastive_tracker]
 
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
@@ -137,10 +130,6 @@ class EMS(keras.Model):
         with tf.GradientTape() as tape:
             xtr_loss, contrastive_loss = self.losses_for(data)
             loss = xtr_loss + contrastive_loss
-            scaled_loss = loss / num_replicas()
-        gradients = tape.gradient(scaled_loss, self.trainable_variables)
-        self.optimizer.apply(gradients, self.trainable_variables)
-        self.loss_tracker.update_state(loss)
-        self.xtr_tracker.update_state(xtr_loss)
-        self.contrastive_tracker.update_state(contrastive_loss)
-        return {m.name: m.result() for m in self.metrics}
+            scaled_loss = self.loss_to_minimize(loss)
+        self.minimize(tape, scaled_loss)
+        return self.report(loss, xtr_loss, contrastive_loss)

@@ -8,11 +8,11 @@ from tf_msemb.losses.distillation import multilingual_distillation_loss
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.pretrained import load_pretrained
-from tf_msemb.objectives.cross_replica import num_replicas
+from tf_msemb.objectives.base import Objective
 
 
 @gin.configurable(denylist=["encoder"])
-class MultilingualDistillation(keras.Model):
+class MultilingualDistillation(Objective):
     """Student S learns `S(s) ~ T(s)` and `S(t) ~ T(s)` for translation pairs (s, t).
 
     Batches hold `src`/`tgt` student tokens and either `teacher` (vectors
@@ -29,7 +29,7 @@ class MultilingualDistillation(keras.Model):
     """
 
     def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(encoder, **kwargs)
         if teacher is None and teacher_dim is None:
             raise ValueError(
                 "MultilingualDistillation needs a live `teacher` (name or path) or the `teacher_dim` of "
@@ -43,6 +43,7 @@ class MultilingualDistillation(keras.Model):
                 raise ValueError(f"teacher_dim={teacher_dim} but teacher {teacher!r} outputs {self.teacher.output_dim}.")
             teacher_dim = self.teacher.output_dim
         self.teacher_dim = teacher_dim
+        self.options = dict(teacher=teacher, teacher_dim=teacher_dim, projection=projection)
         if encoder.output_dim != teacher_dim:
             if projection != "dense":
                 raise ValueError(
@@ -51,9 +52,7 @@ class MultilingualDistillation(keras.Model):
                 )
             encoder = ProjectedEncoder(encoder, teacher_dim, name="projected_student")
         self.encoder = encoder
-        self.loss_tracker = keras.metrics.Mean(name="loss")
-        self.src_tracker = keras.metrics.Mean(name="mse_src")
-        self.tgt_tracker = keras.metrics.Mean(name="mse_tgt")
+        self.add_trackers("loss", "mse_src", "mse_tgt")
 
     def data_options(self):
         """What the input pipeline must add to each batch for this objective."""
@@ -67,13 +66,6 @@ class MultilingualDistillation(keras.Model):
             ensure_built(self.teacher)
         self.built = True
 
-    @property
-    def metrics(self):
-        return [self.loss_tracker, self.src_tracker, self.tgt_tracker]
-
-    def call(self, inputs, training=False):
-        return self.encoder(inputs, training=training)
-
     def teacher_vectors(self, data):
         if self.teacher is None:
             return data["teacher"]
@@ -85,10 +77,12 @@ class MultilingualDistillation(keras.Model):
             student_src = self.encoder(data["src"], training=True)
             student_tgt = self.encoder(data["tgt"], training=True)
             loss, src, tgt = multilingual_distillation_loss(target, student_src, student_tgt)
-            scaled_loss = loss / num_replicas()
-        gradients = tape.gradient(scaled_loss, self.encoder.trainable_variables)
-        self.optimizer.apply(gradients, self.encoder.trainable_variables)
-        self.loss_tracker.update_state(loss)
-        self.src_tracker.update_state(src)
-        self.tgt_tracker.update_state(tgt)
-        return {m.name: m.result() for m in self.metrics}
+            scaled_loss = self.loss_to_minimize(loss)
+        self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
+        return self.report(loss, src, tgt)
+
+    def get_config(self):
+        config = super().get_config()
+        student = self.encoder.encoder if isinstance(self.encoder, ProjectedEncoder) else self.encoder
+        config["encoder"] = keras.saving.serialize_keras_object(student)
+        return config

@@ -1,5 +1,7 @@
 """Optimizer factory configured by gin."""
 
+import math
+
 import gin
 import keras
 
@@ -10,11 +12,30 @@ from tf_msemb.training.schedules import WarmupDecay
 NO_DECAY = ["bias", "gamma", "beta"]
 
 
-@gin.configurable(denylist=["total_steps"])
+def scaled_learning_rate(learning_rate, global_batch_size, rule="none", reference_batch_size=None):
+    """`learning_rate` tuned at `reference_batch_size`, rescaled for `global_batch_size`.
+
+    `"linear"`: lr x B / B_ref (Goyal et al. 2017, for SGD-like optimizers);
+    `"sqrt"`: lr x sqrt(B / B_ref) (often better for Adam); `"none"`: unchanged.
+    """
+    if rule == "none":
+        return learning_rate
+    if rule not in ("linear", "sqrt"):
+        raise ValueError(f"Unknown learning-rate scaling rule {rule!r}; choose 'none', 'linear' or 'sqrt'.")
+    if not reference_batch_size:
+        raise ValueError(f"Learning-rate scaling {rule!r} needs make_optimizer.reference_batch_size.")
+    ratio = global_batch_size / reference_batch_size
+    return learning_rate * (ratio if rule == "linear" else math.sqrt(ratio))
+
+
+@gin.configurable(denylist=["total_steps", "global_batch_size"])
 def make_optimizer(
     total_steps,
+    global_batch_size=None,
     name="adamw",
     learning_rate=1e-4,
+    scaling="none",
+    reference_batch_size=None,
     warmup_steps=100,
     decay="linear",
     end_fraction=0.0,
@@ -26,11 +47,17 @@ def make_optimizer(
     momentum=0.9,
     lars_eta=0.001,
 ):
-    """AdamW, Adam or LARS with warm-up then decay; `total_steps` comes from the train loop.
+    """AdamW, Adam or LARS with warm-up then decay; `total_steps` and `global_batch_size` come from the train loop.
+
+    `learning_rate` is the peak rate at `reference_batch_size`; `scaling`
+    (`"none"`, `"linear"`, `"sqrt"`) adapts it to the run's global batch
+    (`scaled_learning_rate`), so a recipe keeps its meaning on more replicas.
 
     For LARS, `weight_decay` is its coupled L2 rate and `momentum`, `lars_eta`
     its momentum and trust coefficient (seed 000: lr 0.02, momentum 0.9, decay 1e-6).
     """
+    if global_batch_size is not None:
+        learning_rate = scaled_learning_rate(learning_rate, global_batch_size, scaling, reference_batch_size)
     schedule = WarmupDecay(learning_rate, min(warmup_steps, total_steps), total_steps, decay, end_fraction)
     if name == "adamw":
         optimizer = keras.optimizers.AdamW(

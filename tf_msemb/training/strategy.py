@@ -1,7 +1,17 @@
 """Distribution strategies by name, and fake multi-device CPUs for laptops and tests."""
 
+import json
+import os
+import socket
+
 import gin
 import tensorflow as tf
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker", "tpu")
+
+
+class StrategyError(RuntimeError):
+    """A strategy cannot be set up on this machine (no TPU, bad `TF_CONFIG`)."""
 
 
 def split_cpu(num_devices):
@@ -16,19 +26,98 @@ def split_cpu(num_devices):
     )
 
 
+def _local_devices():
+    gpus = tf.config.list_logical_devices("GPU")
+    return [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+
+
+def _multi_worker(communication):
+    config = os.environ.get("TF_CONFIG")
+    if not config:
+        raise StrategyError("strategy 'multi_worker' needs TF_CONFIG (cluster 'worker' addresses and this task).")
+    try:
+        task = json.loads(config)["task"]
+    except (ValueError, KeyError) as e:
+        raise StrategyError(f"TF_CONFIG is not valid JSON with a 'task' entry: {e}") from None
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation={
+            "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+            "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+        }[communication]
+    )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    print(f"Worker {task.get('type')}:{task.get('index')} of {strategy.num_replicas_in_sync} replicas", flush=True)
+    return strategy
+
+
+def _reachable(address, timeout=10.0):
+    """Whether `grpc://host:port` accepts a TCP connection (connecting to nothing would hang)."""
+    host, _, port = address[len("grpc://"):].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _tpu(address):
+    if address and address.startswith("grpc://") and not _reachable(address):
+        raise StrategyError(f"No TPU found at {address!r}: nothing accepts connections there.")
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=address)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, ImportError, OSError, tf.errors.OpError) as e:
+        where = f"at {address!r}" if address else "on this machine (no make_strategy.tpu_address given)"
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StrategyError(f"No TPU found {where}: {first_line}") from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
 @gin.configurable
-def make_strategy(kind="default", devices=None):
-    """`"default"` (one device) or `"mirrored"` (all local GPUs, else all logical CPUs).
+def make_strategy(kind="default", devices=None, tpu_address=None, communication="auto"):
+    """Builds the `tf.distribute.Strategy` named `kind`.
+
+    - `"default"`: no distribution (one device, whatever TensorFlow picks).
+    - `"one_device"`: `OneDeviceStrategy` on `devices[0]` (default: first GPU, else CPU).
+    - `"mirrored"`: `MirroredStrategy` over `devices` (default: every local
+      GPU, else every logical CPU; see `split_cpu`).
+    - `"multi_worker"`: `MultiWorkerMirroredStrategy`; the cluster and this
+      worker's role come from the `TF_CONFIG` environment variable.
+    - `"tpu"`: `TPUStrategy` on the TPU at `tpu_address` (a name or
+      `grpc://host:port`; None = the local TPU VM). Fails at once when
+      there is no TPU.
 
     Args:
-        kind: strategy name.
-        devices: explicit device list for `"mirrored"`.
+        communication: collective implementation for `"multi_worker"`:
+            `"auto"`, `"ring"` (gRPC, works on CPU) or `"nccl"` (GPUs).
     """
     if kind == "default":
         return tf.distribute.get_strategy()
+    if kind == "one_device":
+        return tf.distribute.OneDeviceStrategy((devices or _local_devices())[0])
     if kind == "mirrored":
-        if devices is None:
-            gpus = tf.config.list_logical_devices("GPU")
-            devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
-        return tf.distribute.MirroredStrategy(devices)
-    raise ValueError(f"Unknown strategy {kind!r}; choose 'default' or 'mirrored'.")
+        return tf.distribute.MirroredStrategy(devices or _local_devices())
+    if kind == "multi_worker":
+        return _multi_worker(communication)
+    if kind == "tpu":
+        return _tpu(tpu_address)
+    raise StrategyError(f"Unknown strategy {kind!r}; choose one of {', '.join(STRATEGIES)}.")
+
+
+def configured_strategy():
+    """The strategy `train.strategy` names in the parsed gin config (`"default"` when unbound)."""
+    try:
+        kind = gin.query_parameter("train.strategy")
+    except ValueError:
+        kind = "default"
+    return kind if isinstance(kind, tf.distribute.Strategy) else make_strategy(kind)
+
+
+def is_chief(strategy):
+    """Whether this worker writes the run's files (always, outside multi-worker training)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)

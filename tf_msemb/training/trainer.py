@@ -1,6 +1,9 @@
 """The gin-configured train loop: strategy, data, objective, checkpoints, export."""
 
+import math
 import os
+import shutil
+import tempfile
 import time
 
 import gin
@@ -8,19 +11,34 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.data.pipeline import make_distributed_dataset
+from tf_msemb.data.text_files import CorpusError
 from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.export.saved_model import export_version
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.training.checkpointing import RunCheckpoints
+from tf_msemb.training.errors import NonFiniteLossError
+from tf_msemb.training.errors import explain_data_error
 from tf_msemb.training.optimizers import make_optimizer
+from tf_msemb.training.precision import precision_policy
+from tf_msemb.training.precision import wrap_optimizer
 from tf_msemb.training.progress import ProgressLine
+from tf_msemb.training.strategy import is_chief
 from tf_msemb.training.strategy import make_strategy
 
 
-def _make_step_function(model, strategy):
+def _make_step_function(model, strategy, inputs, jit_compile):
+    """`step()` -> the replica-averaged logs of one `train_step` on the next batch.
+
+    With `jit_compile`, XLA compiles each replica's step (the batch is read
+    outside the compiled part: tf.data and string ops cannot be compiled).
+    """
+    replica_step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
+
     @tf.function
-    def step(iterator):
-        per_replica = strategy.run(model.train_step, args=(next(iterator),))
+    def step():
+        per_replica = strategy.run(replica_step, args=(inputs.next_batch(),))
         return {
             name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
             for name, value in per_replica.items()
@@ -47,21 +65,26 @@ def train(
     encoder=SentenceEncoder,
     pretrained=None,
     global_batch_size=64,
+    per_replica_batch_size=None,
     num_steps=1000,
     strategy="default",
     log_every=50,
     checkpoint_every=1000,
     keep_checkpoints=3,
+    export_every=None,
     seed=0,
     max_train_minutes=None,
     dataset_fn=make_distributed_dataset,
     init_from=None,
+    precision="float32",
+    jit_compile=False,
 ):
     """Trains `objective(encoder=...)` and exports the encoder.
 
     Args:
         model_dir: checkpoints, TensorBoard logs, `operative_config.gin` and
-            `export/final` go here; an existing checkpoint is resumed.
+            `export/` go here; an existing checkpoint is resumed exactly
+            (weights, optimizer, objective state, input position).
         objective: the objective class (`@TranslationRanking`), called with
             `encoder=` inside the strategy scope.
         tokenizer: a tokenizer layer (`@SentencePieceTokenizer()`), for a
@@ -71,29 +94,42 @@ def train(
         pretrained: instead of `tokenizer` and `encoder`, start from a
             pretrained model (a `load_pretrained` name or path) and its tokenizer.
         global_batch_size: pairs per step over all replicas.
+        per_replica_batch_size: instead, pairs per replica per step (the
+            global batch then grows with the replica count).
         num_steps: optimizer steps in total.
-        strategy: a name for `make_strategy`.
+        strategy: a name for `make_strategy` (its other arguments in gin),
+            or a `tf.distribute.Strategy` (the CLI builds it before anything
+            else runs, as multi-worker training requires).
         log_every, checkpoint_every: in steps.
         keep_checkpoints: how many recent checkpoints to keep.
+        export_every: also export `export/<step>` every this many steps
+            (the last step is always exported, as `export/<step>` and
+            `export/final`).
         seed: seeds weights, dropout and data order.
         max_train_minutes: stop early (checkpoint and export as at the end)
             once this much wall time has gone into the loop.
-        dataset_fn: builds the distributed input: translation pairs by
+        dataset_fn: builds the input (`ReplicaInput`): translation pairs by
             default, `@make_distributed_labeled_dataset` for STS/NLI pairs.
         init_from: a previous run's `model_dir` (or checkpoint path) whose
             encoder weights initialize this run's encoder (seed 000 stage 2
             starts from stage 1). Ignored when resuming.
+        precision: `"float32"`, `"mixed_bfloat16"` or `"mixed_float16"`
+            (with dynamic loss scaling); exports keep float32 inputs/outputs.
+        jit_compile: compile each replica's train step with XLA.
     Returns:
         `{"export": path, "steps": steps run now, "pairs_per_second": ...}`;
         the rate is measured after the first log line, so start-up and
         tracing do not count.
     """
+    if isinstance(strategy, str):
+        strategy = make_strategy(strategy)
     keras.utils.set_random_seed(seed)
-    strategy = make_strategy(strategy)
+    if per_replica_batch_size:
+        global_batch_size = per_replica_batch_size * strategy.num_replicas_in_sync
     os.makedirs(model_dir, exist_ok=True)
     if (pretrained is None) == (tokenizer is None):
         raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
-    with strategy.scope():
+    with strategy.scope(), precision_policy(precision):
         if pretrained is not None:
             tokenizer, student = load_pretrained(pretrained)
         else:
@@ -102,22 +138,38 @@ def train(
             restore_encoder(student, init_from)
         model = objective(encoder=student)
         model.build()
-        model.compile(optimizer=make_optimizer(total_steps=num_steps))
+        optimizer = make_optimizer(total_steps=num_steps, global_batch_size=global_batch_size)
+        model.compile(optimizer=wrap_optimizer(optimizer, precision))
         model.optimizer.build(model.trainable_variables)
-    dataset = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, **model.data_options())
-    iterator = iter(dataset)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-    manager = tf.train.CheckpointManager(
-        checkpoint, os.path.join(model_dir, "checkpoints"), max_to_keep=keep_checkpoints
+    inputs = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, **model.data_options())
+    # Dropout's random-seed states are Keras variables that the layers do not
+    # expose to TensorFlow checkpoints; listing them makes resumed runs exact.
+    seed_states = [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
+    checkpoints = RunCheckpoints(
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer, data=inputs.iterators, seeds=seed_states),
+        model_dir, strategy, keep_checkpoints,
     )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        print(f"Resumed from {manager.latest_checkpoint}")
-    with open(os.path.join(model_dir, "operative_config.gin"), "w", encoding="utf-8") as f:
-        f.write(gin.operative_config_str())
+    resumed = checkpoints.restore()
+    if resumed:
+        print(f"Resumed from {resumed}", flush=True)
+        if not inputs.checkpointable:
+            print("warning: this strategy's input position is not checkpointed; data restarts.", flush=True)
+    chief = is_chief(strategy)
+    if chief:
+        with open(os.path.join(model_dir, "operative_config.gin"), "w", encoding="utf-8") as f:
+            f.write(gin.operative_config_str())
+    objective_info = {"class": type(model).__name__, **model.options}
 
-    step_fn = _make_step_function(model, strategy)
-    writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+    def export(step, final=False):
+        # Every worker writes (saving reads variables collectively); only the chief's copy stays.
+        export_dir = os.path.join(model_dir, "export") if chief else tempfile.mkdtemp(prefix="tf_msemb_export_")
+        path = export_version(tokenizer, model.encoder, export_dir, step, objective_info, final=final)
+        if not chief:
+            shutil.rmtree(export_dir, ignore_errors=True)
+        return os.path.join(os.path.dirname(path), "final") if final else path
+
+    step_fn = _make_step_function(model, strategy, inputs, jit_compile)
+    writer = tf.summary.create_file_writer(os.path.join(model_dir, "train") if chief else tempfile.mkdtemp())
     step = int(model.optimizer.iterations.numpy())
     progress = ProgressLine(num_steps, global_batch_size, start_step=step)
     deadline = time.monotonic() + 60 * max_train_minutes if max_train_minutes else None
@@ -126,8 +178,18 @@ def train(
         if deadline and time.monotonic() > deadline:
             print(f"Time budget of {max_train_minutes} minutes reached at step {step}.", flush=True)
             break
-        logs = step_fn(iterator)
+        try:
+            logs = step_fn()
+        except tf.errors.OpError as e:
+            raise CorpusError(explain_data_error(e, inputs.source_files, step + 1)) from None
         step += 1
+        loss = float(logs["loss"])
+        if not math.isfinite(loss):
+            last = checkpoints.latest or "none (no checkpoint written yet)"
+            raise NonFiniteLossError(
+                f"Loss became {loss} at step {step}; the last good checkpoint is {last}. Lower the learning "
+                "rate or check the data, then run the same command again to resume from it."
+            )
         if step % log_every == 0 or step == num_steps:
             logs = {name: float(value) for name, value in logs.items()}
             logs["lr"] = float(model.optimizer.learning_rate)
@@ -142,16 +204,23 @@ def train(
             if steady_since is None:
                 steady_since, steady_step = time.perf_counter(), step
         if step % checkpoint_every == 0 and step < num_steps:
-            manager.save(checkpoint_number=step)
+            checkpoints.save(step)
+        if export_every and step % export_every == 0 and step < num_steps:
+            path = export(step)
+            if chief:
+                print(f"Exported SavedModel: {path}", flush=True)
     steady_rate = 0.0
     if steady_since is not None:
         steady_rate = (step - steady_step) * global_batch_size / (time.perf_counter() - steady_since)
-    manager.save(checkpoint_number=step)
+    checkpoints.save(step)
+    checkpoints.close()
     writer.close()
-    path = export_saved_model(tokenizer, model.encoder, os.path.join(model_dir, "export", "final"))
-    print(f"Exported SavedModel: {path}")
+    path = export(step, final=True)
+    if chief:
+        print(f"Exported SavedModel: {path} (and {os.path.join(os.path.dirname(path), str(step))})", flush=True)
     target_encoder = getattr(model, "target_encoder", model.encoder)
-    if target_encoder is not model.encoder:
-        target = export_saved_model(tokenizer, target_encoder, os.path.join(model_dir, "export", "final_target"))
+    if target_encoder is not model.encoder and chief:
+        target = export_saved_model(tokenizer, target_encoder, os.path.join(model_dir, "export", "final_target"),
+                                    step=step, objective=objective_info)
         print(f"Exported the target-side encoder: {target}")
     return {"export": path, "steps": step - first_step, "pairs_per_second": steady_rate}
