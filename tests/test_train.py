@@ -93,3 +93,73 @@ def test_bad_gin_gives_one_clear_line(tmp_path, spm_model, quickstart_records, b
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: bad gin configuration") and message in last
+
+
+def _records(directory, rows, tgt_lang="de", teacher_dim=None, num_shards=2, teacher=None):
+    """`num_shards` TFRecord shards of `rows` en-`tgt_lang` pairs; returns the shards' glob.
+
+    With `teacher_dim`, pair i carries the teacher vector `teacher(i)` (default: ones).
+    """
+    from tf_msemb.data.records import make_example
+
+    directory.mkdir()
+    for shard in range(num_shards):
+        with tf.io.TFRecordWriter(str(directory / f"c.en-{tgt_lang}.tfrecord-{shard:05d}-of-{num_shards:05d}")) as w:
+            for i in range(shard, rows, num_shards):
+                vector = (teacher(i) if teacher else [1.0] * teacher_dim) if teacher_dim else None
+                w.write(make_example(f"the house {i}", f"das Haus {i}", "en", tgt_lang, teacher=vector))
+    return directory / f"c.en-{tgt_lang}.tfrecord-*"
+
+
+def _corrupt_middle(path):
+    data = bytearray(path.read_bytes())
+    data[2 * len(data) // 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _error_line(result):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    return last
+
+
+def test_a_corrupt_shard_met_during_training_is_named(tmp_path, spm_model):
+    shards = _records(tmp_path / "c", 300)
+    shard = sorted((tmp_path / "c").glob("c.en-de.tfrecord-*"))[1]
+    _corrupt_middle(shard)  # its first record still reads: found only while training
+    last = _error_line(run_train(tmp_path / "run", spm_model, shards, "train.num_steps = 5"))
+    assert f"Corrupt TFRecord shard {shard}: corrupted record at" in last
+
+
+def test_an_empty_corpus_is_named(tmp_path, spm_model):
+    last = _error_line(run_train(tmp_path / "run", spm_model, tmp_path / "nothing-*.tfrecord"))
+    assert "nothing-*.tfrecord" in last and "has no data" in last
+
+
+def test_a_teacher_of_another_width_is_named(tmp_path, spm_model):
+    shards = _records(tmp_path / "c", 40, teacher_dim=8)
+    last = _error_line(run_train(tmp_path / "run", spm_model, shards, "train.objective = @MultilingualDistillation",
+                                 "MultilingualDistillation.teacher_dim = 16"))
+    assert "c.en-de.tfrecord-00000-of-00002 holds teacher vectors of 8 values" in last and "teacher_dim=16" in last
+
+
+def test_an_unknown_language_tag_is_named(tmp_path, spm_model):
+    shards = _records(tmp_path / "c", 40, tgt_lang="xx")
+    last = _error_line(run_train(tmp_path / "run", spm_model, shards, "train.objective = @EMS",
+                                 "make_dataset.languages = ['en', 'de']"))
+    assert "Unknown language tag 'xx'" in last and "knows de en" in last
+
+
+def test_a_nan_loss_stops_the_run_and_names_the_last_good_checkpoint(tmp_path, spm_model):
+    # Read in order, 16 pairs a step: teacher vectors turn NaN from pair 100 on, i.e. in step 7.
+    shards = _records(tmp_path / "c", 400, teacher_dim=32, num_shards=1,
+                      teacher=lambda i: [float("nan") if i >= 100 else 0.1] * 32)
+    last = _error_line(run_train(tmp_path / "run", spm_model, shards, "train.objective = @MultilingualDistillation",
+                                 "MultilingualDistillation.teacher_dim = 32", "make_dataset.shuffle_buffer = 0",
+                                 "train.num_steps = 20", "train.checkpoint_every = 3", "train.log_every = 1"))
+    checkpoint = tmp_path / "run" / "checkpoints" / "ckpt-6"
+    assert f"Loss became nan at step 7; the last good checkpoint is {checkpoint}." in last
+    assert checkpoint.with_suffix(".index").exists()
+    assert not (tmp_path / "run" / "export").exists()

@@ -112,6 +112,7 @@ def test_distributed_per_replica_batches(tokenizer, quickstart_records, two_devi
     with pytest.raises(ValueError, match="not divisible"):
         make_distributed_dataset(two_device_strategy, 7, corpora=[quickstart_records], tokenizer=tokenizer, max_tokens=48)
     ds = make_distributed_dataset(two_device_strategy, 8, corpora=[quickstart_records], tokenizer=tokenizer, max_tokens=48)
+    assert len(ds.source_files) == 6 and all(".tfrecord-" in path for path in ds.source_files)
     batch = next(iter(ds))
     local = two_device_strategy.experimental_local_results(batch["src"]["token_ids"])
     assert [t.shape[0] for t in local] == [4, 4]

@@ -11,6 +11,10 @@ from absl import logging
 from tf_msemb.training.strategy import is_chief
 
 
+class CheckpointError(RuntimeError):
+    """A run directory holds checkpoints but none of them can be restored."""
+
+
 def _steps_on_disk(directory):
     """Checkpoint numbers whose `.index` file exists, newest first (independent of the `checkpoint` state file)."""
     numbers = []
@@ -48,18 +52,22 @@ class RunCheckpoints:
         """Restores the newest checkpoint that reads back whole; returns its path (None for a fresh run).
 
         A corrupt or partial newest checkpoint (a run killed while writing,
-        a damaged disk) is skipped with a warning for the one before it.
+        a damaged disk) is skipped with a warning for the one before it;
+        when none can be restored the run stops rather than start over.
         """
         for number in _steps_on_disk(self.directory):
             path = os.path.join(self.directory, f"ckpt-{number}")
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
                 return path
-            except (tf.errors.OpError, ValueError, AssertionError) as e:
+            except (tf.errors.OpError, ValueError, AssertionError, IndexError, KeyError) as e:
                 reason = " ".join(str(e).split())[:200]
                 message = f"Checkpoint {path} cannot be restored ({reason}); falling back to the previous one."
                 logging.warning(message)
                 print(f"warning: {message}", flush=True)
+        if _steps_on_disk(self.directory):
+            raise CheckpointError(f"No checkpoint in {self.directory} can be restored; move the directory away "
+                                  "to start the run over.")
         return None
 
     @property

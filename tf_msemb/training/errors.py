@@ -7,6 +7,7 @@ import tensorflow as tf
 from tf_msemb.data.records import data_loss_reason
 from tf_msemb.data.records import find_corrupt_shard
 from tf_msemb.data.text_files import CorpusError
+from tf_msemb.training.checkpointing import CheckpointError
 from tf_msemb.training.strategy import StrategyError
 
 
@@ -19,6 +20,21 @@ def _first_line(message):
     return message.strip().splitlines()[0] if message.strip() else ""
 
 
+_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
+
+
+def _core_message(message):
+    """The informative line of a TensorFlow runtime error (not "Graph execution error:")."""
+    failed = re.search(r"assertion failed: (.*)", message)
+    if failed:
+        return failed.group(1).strip()
+    for line in re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message).splitlines():
+        line = line.strip()
+        if line and not line.startswith(_BOILERPLATE):
+            return re.sub(r" \[Op:\w+\]", "", line.split(" transformation with iterator: ")[-1])
+    return _first_line(message)
+
+
 def explain_data_error(error, source_files, step):
     """One line for a `tf.errors.OpError` raised while a batch was read or trained on."""
     if isinstance(error, tf.errors.DataLossError):
@@ -26,23 +42,24 @@ def explain_data_error(error, source_files, step):
         if found:
             return f"Corrupt TFRecord shard {found[0]}: {found[1]} (rewrite it with tools/make_tfrecords.py)."
         return f"Corrupt input data at step {step}: {data_loss_reason(error)}."
-    message = _first_line(error.message)
-    tag = re.search(r"Unknown language tag\D*?\[?b?'?([^\]'\s]+)'?\]?.*?the tokenizer knows ([\w\- ]+)", message)
+    message = error.message
+    tag = re.search(r"Unknown language tag\] \[b?'?([^\]']+)'?\] \[in the corpus; the tokenizer knows ([^\]]*)\]",
+                    message)
     if tag:
         return (f"Unknown language tag {tag.group(1)!r} in the corpus; the tokenizer knows {tag.group(2).strip()} "
                 "(retrain it with tools/train_spm.py --languages=... or drop that pair).")
     missing = re.search(r"Feature: (\w+) \(data type: \w+\) is required but could not be found", message)
     if missing:
         return f"Input records lack the field {missing.group(1)!r} (step {step})."
-    return f"Bad input at step {step}: {message}"
+    return f"Bad input at step {step}: {_core_message(message)}"
 
 
 def one_line(error):
     """The message to print for an error the user can act on, or None for a bug (show the traceback)."""
-    if isinstance(error, (CorpusError, StrategyError, NonFiniteLossError, FileNotFoundError)):
+    if isinstance(error, (CorpusError, StrategyError, CheckpointError, NonFiniteLossError, FileNotFoundError)):
         return _first_line(error)
     if isinstance(error, tf.errors.OpError):
-        return _first_line(error.message)
+        return _core_message(error.message)
     if isinstance(error, ValueError):
         return _first_line(error)
     return None
