@@ -1,5 +1,6 @@
 """The train entry point, run as a user runs it: `python -m tf_msemb.train ...`."""
 
+import json
 import os
 import re
 import subprocess
@@ -49,11 +50,21 @@ def test_train_checkpoints_logs_and_exports_then_resumes(tmp_path, spm_model, qu
     events = os.listdir(model_dir / "train")
     assert events and events[0].startswith("events.out.tfevents")
     first_export = tf.saved_model.load(str(export))(tf.constant(["Die Frau liest."])).numpy()
+    versioned = tf.saved_model.load(str(model_dir / "export" / "60"))(tf.constant(["Die Frau liest."])).numpy()
+    np.testing.assert_array_equal(versioned, first_export)
+    metadata = json.loads((export / "tf_msemb_export.json").read_text())
+    assert metadata["training_step"] == 60 and metadata["embedding_dim"] == 32
+    assert metadata["objective"] == {"class": "TranslationRanking", "scale": 20.0, "margin": 0.0}
+    assert metadata["tokenizer"]["class"] == "SentencePieceTokenizer"
+    assert metadata["tokenizer"]["asset"] == os.path.basename(spm_model)
+    assert metadata["encoder"]["config"]["num_layers"] == 1 and metadata["normalization"].startswith("l2")
 
     resumed = run_train(model_dir, spm_model, quickstart_records, "train.num_steps = 80", "train.log_every = 10")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resumed from" in resumed.stdout and "ckpt-60" in resumed.stdout
     assert [int(m.group(1)) for m in progress_lines(resumed.stdout)] == [70, 80]
+    assert sorted(os.listdir(model_dir / "export")) == ["60", "80", "final"]
+    assert json.loads((export / "tf_msemb_export.json").read_text())["training_step"] == 80
     second_export = tf.saved_model.load(str(export))(tf.constant(["Die Frau liest."])).numpy()
     assert not np.allclose(first_export, second_export)
 

@@ -21,10 +21,13 @@ import keras
 import tensorflow as tf
 
 import tf_msemb
+from tf_msemb.export.serving import INPUT_KEY
+from tf_msemb.export.serving import OUTPUT_KEY
+from tf_msemb.export.serving import SIGNATURE
+from tf_msemb.export.serving import WARMUP_FILE
+from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import l2_normalize
 
-INPUT_KEY = "inputs"
-OUTPUT_KEY = "outputs"
 METADATA_FILE = "tf_msemb_export.json"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
 
@@ -82,7 +85,8 @@ def export_metadata(tokenizer, encoder, step=None, objective=None):
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "training_step": step,
         "objective": objective,
-        "signature": {"name": "serving_default", "input": INPUT_KEY, "output": OUTPUT_KEY},
+        "signature": {"name": SIGNATURE, "input": INPUT_KEY, "output": OUTPUT_KEY},
+        "serving_warmup": WARMUP_FILE,
         "input": "1-D tf.string tensor of raw sentences (normalized and tokenized inside)",
         "embedding_dim": int(encoder.output_dim),
         "normalization": "l2 (unit-length rows; dot product = cosine)",
@@ -96,13 +100,14 @@ def export_metadata(tokenizer, encoder, step=None, objective=None):
 
 
 def export_saved_model(tokenizer, encoder, path, step=None, objective=None):
-    """Writes the SavedModel and its `tf_msemb_export.json` to `path`; returns `path`.
+    """Writes the SavedModel, TF Serving warm-up requests and `tf_msemb_export.json` to `path`; returns `path`.
 
     `step` and `objective` (the training step and the objective's class and
     options) go into the metadata when the export comes from training.
     """
     module = EmbeddingModule(tokenizer, encoder)
-    tf.saved_model.save(module, path, signatures={"serving_default": module.serve})
+    tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
+    write_warmup_requests(path)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(export_metadata(tokenizer, encoder, step, objective), f, indent=2, default=str)
     return path

@@ -1,0 +1,59 @@
+"""TF Serving side of an export: Predict requests and the warm-up file inside the SavedModel.
+
+TF Serving replays `assets.extra/tf_serving_warmup_requests` (a TFRecord of
+`PredictionLog`s) when it loads a model version, so the first user request
+does not pay for graph warm-up. The requests use the same builder as the
+client in `export/client.py`.
+"""
+
+import os
+
+import tensorflow as tf
+from tensorflow_serving.apis import model_pb2
+from tensorflow_serving.apis import predict_pb2
+from tensorflow_serving.apis import prediction_log_pb2
+
+SIGNATURE = "serving_default"
+INPUT_KEY = "inputs"
+OUTPUT_KEY = "outputs"
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+# Short to long, so the warm-up touches several padded lengths and batch sizes.
+WARMUP_SENTENCES = (
+    "Hello.",
+    "A man is playing a guitar.",
+    "Zwei Hunde spielen im Schnee vor einem roten Haus.",
+    "Une femme en veste bleue lit un journal sur un banc près de la rivière pendant que des enfants jouent.",
+)
+
+
+def predict_request(sentences, model_name="tf_msemb", signature_name=SIGNATURE, version=None):
+    """A gRPC `PredictRequest` carrying `sentences` as the 1-D string input `inputs`."""
+    request = predict_pb2.PredictRequest(
+        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name)
+    )
+    if version is not None:
+        request.model_spec.version.value = int(version)
+    request.inputs[INPUT_KEY].CopyFrom(tf.make_tensor_proto([s.encode("utf-8") for s in sentences], dtype=tf.string))
+    return request
+
+
+def write_warmup_requests(export_path, model_name="tf_msemb", sentences=WARMUP_SENTENCES):
+    """Writes one warm-up `PredictionLog` per prefix of `sentences` (batch sizes 1..n); returns the file path."""
+    path = os.path.join(export_path, WARMUP_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for size in range(1, len(sentences) + 1):
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=predict_request(sentences[:size], model_name))
+            )
+            writer.write(log.SerializeToString())
+    return path
+
+
+def read_warmup_requests(export_path):
+    """The `PredictRequest`s of an export's warm-up file."""
+    path = os.path.join(export_path, WARMUP_FILE)
+    return [
+        prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+        for record in tf.data.TFRecordDataset(path)
+    ]
