@@ -174,3 +174,26 @@ def test_a_nan_loss_stops_the_run_and_names_the_last_good_checkpoint(tmp_path, s
     assert f"Loss became nan at step 7; the last good checkpoint is {checkpoint}." in last
     assert checkpoint.with_suffix(".index").exists()
     assert not (tmp_path / "run" / "export").exists()
+
+
+def test_records_without_a_needed_field_are_named(tmp_path, spm_model):
+    shards = _records(tmp_path / "c", 40)
+    last = _error_line(run_train(tmp_path / "run", spm_model, shards, "train.objective = @MultilingualDistillation",
+                                 "MultilingualDistillation.teacher_dim = 8"))
+    assert "c.en-de.tfrecord-00000-of-00002 lacks the field(s) teacher" in last
+
+
+@pytest.mark.slow  # XLA compiles a new program for every padded length: about 45 s
+def test_bfloat16_with_xla_trains_and_exports_float32(tmp_path, spm_model, quickstart_records):
+    model_dir = tmp_path / "run"
+    result = run_train(model_dir, spm_model, quickstart_records, "train.precision = 'mixed_bfloat16'",
+                       "train.jit_compile = True", "train.num_steps = 4", "train.log_every = 2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [int(m.group(1)) for m in progress_lines(result.stdout)] == [2, 4]
+    model = tf.saved_model.load(str(model_dir / "export" / "final"))
+    vectors = model(tf.constant(["Die Frau liest.", "The woman reads."]))
+    assert vectors.dtype == tf.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors.numpy(), axis=1), 1.0, atol=1e-5)
+    dtypes = tf.train.load_checkpoint(str(model_dir / "checkpoints" / "ckpt-4")).get_variable_to_dtype_map()
+    floating = {dtype for dtype in dtypes.values() if dtype.is_floating}
+    assert floating == {tf.float32}  # weights and optimizer slots stay float32 under mixed precision
