@@ -20,6 +20,7 @@ from absl import logging
 from tf_msemb.training.config import parse_config
 from tf_msemb.training.errors import one_line
 from tf_msemb.training.strategy import configured_strategy
+from tf_msemb.training.strategy import set_threads
 from tf_msemb.training.strategy import split_cpu
 from tf_msemb.training.trainer import train
 
@@ -28,6 +29,8 @@ flags.DEFINE_multi_string("gin_param", [], "Gin bindings, e.g. 'train.num_steps 
 flags.DEFINE_string("model_dir", None, "Output directory (checkpoints, logs, export).")
 flags.DEFINE_bool("smoke", False, "Shrink the recipe to a smoke run.")
 flags.DEFINE_integer("cpu_devices", 0, "Split the CPU into this many logical devices.")
+flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlow's default, one per core).")
+flags.DEFINE_integer("inter_op_threads", 0, "Ops run concurrently (0: TensorFlow's default).")
 flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
@@ -36,6 +39,7 @@ def main(argv):
     del argv
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+    set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
     if FLAGS.cpu_devices:
         split_cpu(FLAGS.cpu_devices)
     parse_config(FLAGS.gin_file, FLAGS.gin_param, FLAGS.smoke)

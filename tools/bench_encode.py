@@ -1,7 +1,7 @@
-"""Encoding throughput of an exported model: sentences per second and peak RSS.
+"""Encoding throughput of an exported model, beside sentence-transformers' `encode`: sentences/s and peak RSS.
 
     python tools/bench_encode.py --model=runs/minilm_export \
-        --input=../shared/data/multi30k/val.en.gz --batch_size=64 --max_words=32
+        --input=../shared/data/multi30k/val.en.gz --batch_size=64 [--peer_python=/path/to/python]
 
 Sentences (the first `--limit` lines of each `--input`, cut to `--max_words`
 words; the quickstart English corpus by default) are encoded as
@@ -9,17 +9,32 @@ words; the quickstart English corpus by default) are encoded as
 `--batch_size` in order of length. One warm-up pass traces the serving
 function; the next `--passes` are timed. Runs in its own process, so the
 peak RSS is the encoder's own.
+
+When `--peer_python` (default: this interpreter) has the optional `bench`
+extra (torch, sentence-transformers), the same sentences are also encoded by
+`SentenceTransformer(--peer_model).encode` (same batch size, normalized) in a
+third process, and the table adds their row, the ratio and the cosine
+between the two models' vectors (all-MiniLM-L6-v2 export vs the same model).
+Without the extra it prints our row only.
 """
 
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
+import numpy as np
 from absl import app
 from absl import flags
+
+from peer import packaged_minilm
+from peer import peer_available
+from peer import ratio
+from peer import run_peer
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
 flags.DEFINE_multi_string("input", [], "Text files of sentences, one a line (default: the quickstart English corpus).")
@@ -27,6 +42,12 @@ flags.DEFINE_integer("limit", 5000, "Sentences taken from each input at most.")
 flags.DEFINE_integer("max_words", 0, "Cut every sentence to this many words (0: keep whole).")
 flags.DEFINE_integer("batch_size", 64, "Sentences per batch.")
 flags.DEFINE_integer("passes", 2, "Timed passes over the sentences.")
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads inside one op (0: default); torch gets the same.")
+flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow ops run concurrently (0: default).")
+flags.DEFINE_string("peer_python", sys.executable, "Interpreter with the `bench` extra for the peer side.")
+flags.DEFINE_string("peer_model", None, "sentence-transformers model directory (default: packaged all-MiniLM-L6-v2).")
+flags.DEFINE_bool("peer", True, "Run the sentence-transformers side when it is installed.")
+flags.DEFINE_string("vectors", None, "Internal: where the child saves its vectors.")
 flags.DEFINE_bool("child", False, "Internal: measure in this process and print JSON.")
 flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
@@ -45,6 +66,9 @@ def benchmark_sentences(inputs, limit, max_words):
 def run_child():
     from tf_msemb.evaluation.encoding import encode
     from tf_msemb.evaluation.encoding import load_model
+    from tf_msemb.training.strategy import set_threads
+
+    set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
 
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
     model = load_model(FLAGS.model)
@@ -53,6 +77,8 @@ def run_child():
     for _ in range(FLAGS.passes):
         embeddings = encode(model, sentences, FLAGS.batch_size, verbose=False)
     seconds = time.perf_counter() - start
+    if FLAGS.vectors:
+        np.save(FLAGS.vectors, embeddings)
     print(json.dumps({
         "sentences": len(sentences),
         "mean_words": sum(len(s.split()) for s in sentences) / len(sentences),
@@ -62,23 +88,52 @@ def run_child():
     }))
 
 
+def _cosines(ours, theirs):
+    a, b = np.load(ours), np.load(theirs)
+    cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    return float(cosine.min()), float(cosine.mean())
+
+
 def main(argv):
     del argv
     if FLAGS.child:
         run_child()
         return
+    work = tempfile.mkdtemp(prefix="bench_encode_")
+    ours_vectors, theirs_vectors = os.path.join(work, "ours.npy"), os.path.join(work, "theirs.npy")
     command = [sys.executable, __file__, "--child", f"--model={FLAGS.model}", f"--limit={FLAGS.limit}",
-               f"--max_words={FLAGS.max_words}", f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}"]
+               f"--max_words={FLAGS.max_words}", f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}",
+               f"--vectors={ours_vectors}", f"--intra_op_threads={FLAGS.intra_op_threads}",
+               f"--inter_op_threads={FLAGS.inter_op_threads}"]
     command += [f"--input={path}" for path in FLAGS.input]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"error: encoding benchmark failed:\n{result.stderr[-2000:]}")
     r = json.loads(result.stdout.strip().splitlines()[-1])
-    print(f"{'encoder':<10} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
+    rows = [("tf_msemb", r)]
+    if FLAGS.peer and peer_available(FLAGS.peer_python):
+        sentences_file = os.path.join(work, "sentences.txt")
+        with open(sentences_file, "w", encoding="utf-8") as f:
+            f.writelines(s + "\n" for s in benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words))
+        theirs = run_peer(FLAGS.peer_python, "encode", f"--model={FLAGS.peer_model or packaged_minilm()}",
+                          f"--sentences={sentences_file}", f"--batch_size={FLAGS.batch_size}",
+                          f"--passes={FLAGS.passes}", f"--vectors={theirs_vectors}")
+        rows.append(("sentence-transformers", dict(theirs, mean_words=r["mean_words"])))
+    else:
+        print("(sentence-transformers side skipped: no torch + sentence-transformers in "
+              f"{FLAGS.peer_python}; install the `bench` extra)")
+    print(f"{'encoder':<22} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
           f"{'peak RSS MiB':>13}")
     max_words = FLAGS.max_words or "-"
-    print(f"{'tf_msemb':<10} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {r['mean_words']:>11.1f} "
-          f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f}")
+    for name, row in rows:
+        print(f"{name:<22} {FLAGS.batch_size:>6} {max_words:>10} {row['sentences']:>10} {row['mean_words']:>11.1f} "
+              f"{row['sentences_per_second']:>12.1f} {row['peak_rss_mib']:>13.0f}")
+    if len(rows) == 2:
+        low, mean = _cosines(ours_vectors, theirs_vectors)
+        print(f"ratio tf_msemb / sentence-transformers: "
+              f"{ratio(rows[0][1]['sentences_per_second'], rows[1][1]['sentences_per_second'])}; "
+              f"cosine of the two models' vectors: min {low:.5f}, mean {mean:.5f}")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,25 @@
-"""Training throughput (translation pairs per second) and peak RSS of a recipe.
+"""Training throughput (translation pairs per second) and peak RSS of a recipe, beside sentence-transformers.
 
     python tools/bench_train.py --gin_file=configs/distill_minilm_multi30k.gin \
         --batch_size=64 --steps=40 [--variant=precomputed --variant=live] \
-        [--live_corpus=runs/multi30k/records/multi30k.manifest.json]
+        [--live_corpus=runs/multi30k/records/multi30k.manifest.json] [--peer_python=/path/to/python]
 
 Each variant runs in its own process (so peak RSS is its own): `precomputed`
 is the config as written; `live` binds a live teacher
 (`MultilingualDistillation.teacher`) and reads `--live_corpus` (records
 without teacher vectors). The rate excludes start-up and tracing (it starts
 after the first logged step). Extra `--gin_param`s apply to every variant.
+
+When `--peer_python` (default: this interpreter) has the optional `bench`
+extra, the same recipe also runs in sentence-transformers
+(`peer_sentence_transformers.py train`: all-MiniLM-L6-v2 student,
+`losses.MSELoss`, AdamW, same batch size) on pairs and teacher vectors read
+from the recipe's corpus (`make_dataset.corpora`, round-robin over its
+language pairs), and the table adds its row and the ratio.
 """
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -20,6 +28,11 @@ import tempfile
 from absl import app
 from absl import flags
 
+from peer import packaged_minilm
+from peer import peer_available
+from peer import ratio
+from peer import run_peer
+
 flags.DEFINE_multi_string("gin_file", [], "Recipe(s) to benchmark.")
 flags.DEFINE_multi_string("gin_param", [], "Extra bindings for every variant.")
 flags.DEFINE_integer("batch_size", 64, "Global batch size (translation pairs per step).")
@@ -27,6 +40,9 @@ flags.DEFINE_integer("steps", 40, "Measured steps (after 10 warm-up steps).")
 flags.DEFINE_multi_enum("variant", ["precomputed"], ["precomputed", "live"], "Teacher variants to run.")
 flags.DEFINE_string("live_corpus", None, "Corpus without teacher vectors, for the live variant.")
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher of the live variant.")
+flags.DEFINE_string("peer_python", sys.executable, "Interpreter with the `bench` extra for the peer side.")
+flags.DEFINE_string("peer_model", None, "sentence-transformers student (default: packaged all-MiniLM-L6-v2).")
+flags.DEFINE_bool("peer", True, "Run the sentence-transformers side when it is installed.")
 flags.DEFINE_bool("child", False, "Internal: run one variant in this process and print JSON.")
 FLAGS = flags.FLAGS
 
@@ -64,6 +80,42 @@ def run_child():
     print(json.dumps({"pairs_per_second": result["pairs_per_second"], "peak_rss_mib": peak_mib}))
 
 
+def _peer_pairs(path, count):
+    """Writes `count` pairs with teacher vectors from the recipe's corpus to a jsonl file (round-robin over pairs).
+
+    Returns False (writing nothing) for a recipe without precomputed teacher vectors.
+    """
+    import gin
+    import tensorflow as tf
+
+    from tf_msemb.data.pipeline import corpus_streams
+    from tf_msemb.data.records import parse_examples
+    from tf_msemb.training.config import parse_config
+
+    parse_config(FLAGS.gin_file, FLAGS.gin_param)
+    try:
+        corpora = gin.query_parameter("make_dataset.corpora")
+        dim = gin.query_parameter("MultilingualDistillation.teacher_dim")
+    except ValueError:
+        return False
+    finally:
+        gin.clear_config()
+    streams = [files for corpus in corpora for files, _ in corpus_streams(corpus).values()]
+    per_stream = -(-count // len(streams))
+    columns = []
+    for files in streams:
+        records = tf.data.TFRecordDataset(files).take(per_stream).batch(per_stream)
+        features = parse_examples(next(iter(records)), teacher_dim=dim)
+        columns.append([
+            {"src": s.decode(), "tgt": t.decode(), "teacher": v.tolist()}
+            for s, t, v in zip(features["src"].numpy(), features["tgt"].numpy(), features["teacher"].numpy())
+        ])
+    rows = [row for group in zip(*columns) for row in group][:count]
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    return True
+
+
 def main(argv):
     del argv
     if FLAGS.child:
@@ -78,9 +130,26 @@ def main(argv):
         if result.returncode != 0:
             sys.exit(f"error: variant {variant} failed:\n{result.stderr[-2000:]}")
         rows.append((variant, json.loads(result.stdout.strip().splitlines()[-1])))
-    print(f"{'variant':<14} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
+    if FLAGS.peer and peer_available(FLAGS.peer_python):
+        with tempfile.TemporaryDirectory() as work:
+            pairs = os.path.join(work, "pairs.jsonl")
+            if _peer_pairs(pairs, (WARMUP + FLAGS.steps) * FLAGS.batch_size):
+                theirs = run_peer(FLAGS.peer_python, "train", f"--model={FLAGS.peer_model or packaged_minilm()}",
+                                  f"--pairs={pairs}", f"--batch_size={FLAGS.batch_size}", f"--steps={FLAGS.steps}",
+                                  f"--warmup={WARMUP}")
+                rows.append(("sentence-transformers", theirs))
+            else:
+                print("(sentence-transformers side skipped: the recipe has no precomputed teacher vectors)")
+    else:
+        print("(sentence-transformers side skipped: no torch + sentence-transformers in "
+              f"{FLAGS.peer_python}; install the `bench` extra)")
+    print(f"{'variant':<22} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
     for variant, r in rows:
-        print(f"{variant:<14} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
+        print(f"{variant:<22} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
+    if rows[-1][0] == "sentence-transformers":
+        theirs = rows[-1][1]["pairs_per_second"]
+        for variant, r in rows[:-1]:
+            print(f"ratio {variant} / sentence-transformers: {ratio(r['pairs_per_second'], theirs)}")
 
 
 if __name__ == "__main__":

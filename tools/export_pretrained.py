@@ -1,8 +1,12 @@
 """Exports a pretrained encoder (e.g. a teacher) as a raw-string SavedModel.
 
-    python tools/export_pretrained.py --model=all-MiniLM-L6-v2 --output=runs/minilm_export
+    python tools/export_pretrained.py --model=all-MiniLM-L6-v2 --output=runs/minilm_export \
+        [--precision=mixed_bfloat16] [--sub_batch_size=32]
 
 The result loads and serves exactly like a training run's `export/final`.
+`--precision=mixed_bfloat16` computes in bfloat16 (faster on CPUs with
+AVX512-BF16; vectors within cosine ~0.9999 of float32); `--sub_batch_size`
+sets the length-sorted sub-batches of the serving function (0: off).
 """
 
 import sys
@@ -16,6 +20,8 @@ from tf_msemb.models.pretrained import load_pretrained
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
 flags.DEFINE_string("output", None, "Export directory.")
 flags.DEFINE_integer("max_length", None, "Token limit (default: the model's own).")
+flags.DEFINE_enum("precision", "float32", ["float32", "mixed_bfloat16", "mixed_float16"], "Compute precision.")
+flags.DEFINE_integer("sub_batch_size", 32, "Length-sorted sub-batch size inside the serving function (0: off).")
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
 
@@ -26,7 +32,9 @@ def main(argv):
         tokenizer, encoder = load_pretrained(FLAGS.model, max_length=FLAGS.max_length)
     except (FileNotFoundError, ImportError) as e:
         sys.exit(f"error: {e}")
-    print(f"Exported SavedModel: {export_saved_model(tokenizer, encoder, FLAGS.output)}")
+    path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
+                              sub_batch_size=FLAGS.sub_batch_size)
+    print(f"Exported SavedModel: {path}")
 
 
 if __name__ == "__main__":

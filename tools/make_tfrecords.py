@@ -12,6 +12,9 @@ A TSV of `src<TAB>tgt[<TAB>hard negative...]` lines:
 
 Empty and over-long lines are dropped and counted; the manifest
 `<output_dir>/<prefix>.manifest.json` is what training configs point at.
+`--tokenizer=runs/spm/m.model` (or a pretrained model such as
+`all-MiniLM-L6-v2`) also stores every pair's token ids, so training with
+`make_dataset.pretokenized = True` skips tokenization.
 """
 
 import sys
@@ -23,6 +26,8 @@ from tf_msemb.data.text_files import CorpusError
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords
+from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.text.tokenizers import SentencePieceTokenizer
 
 flags.DEFINE_multi_string("input", [], "LANG:PATH of a line-aligned text file (plain or .gz); repeat per language.")
 flags.DEFINE_string("pivot", None, "Language paired with every other one (default: the first --input).")
@@ -33,6 +38,8 @@ flags.DEFINE_string("output_dir", None, "Directory for shards and manifest.")
 flags.DEFINE_string("prefix", "corpus", "File name prefix of the shards and the manifest.")
 flags.DEFINE_integer("num_shards", 4, "Shards per language pair.")
 flags.DEFINE_integer("max_chars", 1000, "Drop pairs with a side longer than this many characters.")
+flags.DEFINE_string("tokenizer", None, "Also store token ids: a SentencePiece .model file or a pretrained model "
+                    "name/directory (its tokenizer). Train with make_dataset.pretokenized = True.")
 flags.mark_flag_as_required("output_dir")
 FLAGS = flags.FLAGS
 
@@ -55,10 +62,19 @@ def _sources():
     return aligned_pairs(files, FLAGS.pivot or next(iter(files)))
 
 
+def _tokenizer():
+    if not FLAGS.tokenizer:
+        return None
+    if FLAGS.tokenizer.endswith(".model"):
+        return SentencePieceTokenizer(FLAGS.tokenizer)
+    return load_pretrained(FLAGS.tokenizer)[0]
+
+
 def main(argv):
     del argv
     try:
-        write_tfrecords(_sources(), FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars)
+        write_tfrecords(_sources(), FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
+                        tokenizer=_tokenizer())
     except CorpusError as e:
         sys.exit(f"error: {e}")
 

@@ -194,3 +194,51 @@ def test_nli_batches_ride_along_for_multitask_objectives(tokenizer, quickstart_r
         assert replica.shape == (3,) and set(replica.numpy()) == {0.0}
     for replica in two_device_strategy.experimental_local_results(batch["src"]["token_ids"]):
         assert replica.shape[0] == 4
+
+
+def test_pretokenized_records_give_the_same_batches(tokenizer, tmp_path):
+    rows = [(f"Der Hund {i} läuft über die Wiese.", f"The dog {i} runs" + " fast" * (i % 7)) for i in range(60)]
+    write_tfrecords([("de", "en", rows)], str(tmp_path / "p"), "p", 2, verbose=False, tokenizer=tokenizer)
+    manifest = str(tmp_path / "p" / "p.manifest.json")
+    options = dict(batch_size=8, max_tokens=48, include_text=True, seed=5, repeat=False)
+    text = list(make_dataset(manifest, tokenizer, **options))
+    ids = list(make_dataset(manifest, tokenizer, pretokenized=True, **options))
+    assert len(text) == len(ids) > 2
+    for a, b in zip(text, ids):
+        assert a["src_text"].numpy().tolist() == b["src_text"].numpy().tolist()
+        for side in ("src", "tgt"):
+            for key in ("token_ids", "padding_mask"):
+                assert a[side][key].numpy().tolist() == b[side][key].numpy().tolist()
+
+
+def test_pretokenized_needs_records_of_the_same_tokenizer(tokenizer, tmp_path):
+    from tf_msemb.text.tokenizers import SentencePieceTokenizer
+
+    corpus = _corpus(tmp_path, "plain", {"de": 10})
+    with pytest.raises(CorpusError, match=r"plain\.manifest\.json has no token ids; .*--tokenizer"):
+        make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, pretokenized=True)
+    other = SentencePieceTokenizer(tokenizer.model_file, add_eos=False)
+    rows = [("a b", "c d")] * 10
+    write_tfrecords([("en", "de", rows)], str(tmp_path / "o"), "o", 1, verbose=False, tokenizer=other)
+    with pytest.raises(CorpusError, match=r"ids of another tokenizer \(SentencePieceTokenizer [0-9a-f]{16}\)"):
+        make_dataset(str(tmp_path / "o" / "o.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
+                     pretokenized=True)
+
+
+def test_length_buckets_keep_every_pair_and_cut_padding(tokenizer, tmp_path):
+    rows = [(f"kurz {i}", f"short {i}" + " and much longer" * (i % 5)) for i in range(200)]
+    write_tfrecords([("de", "en", rows)], str(tmp_path / "b"), "b", 2, verbose=False)
+    manifest = str(tmp_path / "b" / "b.manifest.json")
+    options = dict(batch_size=10, max_tokens=48, include_text=True, repeat=False, drop_remainder=False)
+
+    def stats(dataset):
+        texts, padding = [], 0
+        for batch in dataset:
+            texts += batch["tgt_text"].numpy().tolist()
+            padding += int((~batch["tgt"]["padding_mask"].numpy()).sum())
+        return sorted(texts), padding
+
+    plain_texts, plain_padding = stats(make_dataset(manifest, tokenizer, **options))
+    bucket_texts, bucket_padding = stats(make_dataset(manifest, tokenizer, bucket_boundaries=list(range(4, 30, 2)), **options))
+    assert bucket_texts == plain_texts and len(plain_texts) == 200
+    assert bucket_padding < 0.3 * plain_padding

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -111,3 +112,51 @@ def test_keras3_tfsmlayer_wraps_the_export(exported, tokenizer):
     layer = keras.layers.TFSMLayer(path, call_endpoint="serving_default")
     out = layer(tf.constant(SENTENCES))["outputs"].numpy()
     np.testing.assert_allclose(out, _keras_vectors(tokenizer, encoder, SENTENCES), atol=1e-5)
+
+
+MIXED = ["Hi.", "", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten am Abend.", "The dog runs.",
+         "Une femme lit.", "x " * 60, "Zwei Kinder.", "A"] * 3
+
+
+@pytest.mark.parametrize("sub_batch_size", [1, 4, 64])
+def test_length_sorted_sub_batches_return_the_same_vectors_in_order(exported, tokenizer, sub_batch_size):
+    from tf_msemb.export.saved_model import EmbeddingModule
+
+    _, encoder = exported
+    one_batch = EmbeddingModule(tokenizer, encoder, sub_batch_size=0)(tf.constant(MIXED)).numpy()
+    sorted_parts = EmbeddingModule(tokenizer, encoder, sub_batch_size=sub_batch_size)(tf.constant(MIXED)).numpy()
+    np.testing.assert_allclose(sorted_parts, one_batch, atol=1e-5)
+    np.testing.assert_allclose(sorted_parts, _keras_vectors(tokenizer, encoder, MIXED), atol=1e-5)
+    empty = EmbeddingModule(tokenizer, encoder, sub_batch_size=sub_batch_size)(tf.constant([], tf.string))
+    assert empty.shape == (0, encoder.output_dim)
+
+
+def test_bfloat16_export_stays_close_to_float32(exported, tokenizer, tmp_path):
+    path, encoder = exported
+    bf16 = export_saved_model(tokenizer, encoder, str(tmp_path / "bf16"), precision="mixed_bfloat16")
+    full = tf.saved_model.load(path)(tf.constant(MIXED)).numpy()
+    half = tf.saved_model.load(bf16)(tf.constant(MIXED)).numpy()
+    assert half.dtype == np.float32
+    cosines = (full * half).sum(axis=1)
+    assert cosines.min() > 0.999 and not np.array_equal(full, half)
+    metadata = json.loads((tmp_path / "bf16" / "tf_msemb_export.json").read_text())
+    assert metadata["compute_precision"] == "mixed_bfloat16" and metadata["length_sorted_sub_batch"] == 32
+
+
+def test_one_thread_gives_the_same_vectors(exported, tmp_path):
+    path, _ = exported
+    out = tmp_path / "one_thread.npy"
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        import tensorflow as tf
+        import tensorflow_text
+        from tf_msemb.training.strategy import set_threads
+        set_threads(intra_op=1, inter_op=1)
+        assert tf.config.threading.get_intra_op_parallelism_threads() == 1
+        np.save({str(out)!r}, tf.saved_model.load({path!r})(tf.constant({MIXED!r})).numpy())
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=str(tmp_path))
+    default = tf.saved_model.load(path)(tf.constant(MIXED)).numpy()
+    np.testing.assert_allclose(np.load(out), default, atol=1e-5)

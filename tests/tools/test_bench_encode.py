@@ -1,4 +1,7 @@
+import os
 import re
+
+import pytest
 
 from conftest import REPO
 from conftest import run
@@ -19,3 +22,22 @@ def test_prints_sentences_per_second_and_peak_rss_and_cuts_to_max_words(quicksta
     assert cap == "4" and words <= 4 and rate > 0 and rss > 100
     cap, words, _, _ = _row(run(args, tmp_path))
     assert cap == "-" and words > 5
+
+
+def test_says_when_the_peer_side_is_missing(quickstart_run, tmp_path):
+    work, _ = quickstart_run
+    out = run([f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model", "--limit=20",
+               "--batch_size=16", "--passes=1", f"--peer_python={tmp_path}/no-such-python"], tmp_path)
+    assert "sentence-transformers side skipped" in out and "sentence-transformers " not in out.split("skipped")[1]
+
+
+@pytest.mark.skipif(not os.environ.get("TF_MSEMB_PEER_PYTHON"),
+                    reason="set TF_MSEMB_PEER_PYTHON to an interpreter with the `bench` extra")
+def test_side_by_side_with_sentence_transformers_on_the_same_model(tmp_path):
+    export = tmp_path / "minilm"
+    run([f"{REPO}/tools/export_pretrained.py", "--model=all-MiniLM-L6-v2", f"--output={export}"], tmp_path)
+    out = run([f"{REPO}/tools/bench_encode.py", f"--model={export}", "--limit=100", "--batch_size=16", "--passes=1",
+               f"--peer_python={os.environ['TF_MSEMB_PEER_PYTHON']}"], tmp_path)
+    assert re.search(r"^sentence-transformers\s+16\s+-\s+200\s+[\d.]+\s+[\d.]+\s+\d+$", out, flags=re.M), out
+    low = float(re.search(r"cosine of the two models' vectors: min ([\d.]+)", out).group(1))
+    assert low >= 0.999

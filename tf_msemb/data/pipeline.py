@@ -116,6 +116,24 @@ def language_token_table(tokenizer, languages):
     ), sorted(ids)
 
 
+def _check_pretokenized(corpora, tokenizer):
+    """Pretokenized corpora must be manifests written with this tokenizer; says how to fix it otherwise."""
+    expected = tokenizer.fingerprint()
+    for corpus in corpora:
+        stored = None
+        if corpus.endswith(MANIFEST_SUFFIX) and os.path.exists(corpus):
+            with open(corpus, encoding="utf-8") as f:
+                stored = json.load(f).get("tokenizer")
+        if not stored or stored["fingerprint"] != expected:
+            found = f"token ids of another tokenizer ({stored['class']} {stored['fingerprint']})" if stored else \
+                "no token ids"
+            raise CorpusError(
+                f"make_dataset.pretokenized is set but {corpus} has {found}; the training tokenizer is "
+                f"{type(tokenizer).__name__} {expected}. Rewrite it with tools/make_tfrecords.py --tokenizer=... "
+                "or set make_dataset.pretokenized = False."
+            )
+
+
 def _read_stream(files, seed, input_context, repeat):
     """Interleaved records of `files`, this input pipeline's share only.
 
@@ -160,6 +178,8 @@ def make_dataset(
     num_hard_negatives=None,
     language_ids=False,
     languages=None,
+    bucket_boundaries=None,
+    pretokenized=False,
 ):
     """Batches of `{"src": tokens, "tgt": tokens[, "teacher": [b, d]]}`.
 
@@ -174,6 +194,13 @@ def make_dataset(
     `max_length`; records must hold exactly h). With `language_ids`,
     `src_lang_id`/`tgt_lang_id` `[b]` are the ids of the `<2xx>` tokens of
     the pair's tags, for `languages` (default: those the manifests name).
+    With `pretokenized`, the token ids stored at writing time
+    (`make_tfrecords.py --tokenizer`) are read instead of tokenizing the
+    text; the manifests must name this very tokenizer (its fingerprint).
+    With `bucket_boundaries` (token counts, e.g. `[16, 24, 32, 48, 64]`),
+    pairs are batched with others of similar length (the longer side decides
+    the bucket), so batches carry little padding: faster steps, the same
+    examples, batches grouped by length instead of mixed.
     The first record of every shard is checked before reading starts; the
     returned dataset's `source_files` lists the shards, so a record found
     corrupt later can be traced to its file (`find_corrupt_shard`).
@@ -188,7 +215,9 @@ def make_dataset(
     if not corpora:
         raise CorpusError("No corpora given: set make_dataset.corpora to manifests or TFRecord globs.")
     leaves = stream_weights(corpora, corpus_weights, pair_weights, proportional)
-    check_shards([path for files, _ in leaves for path in files], teacher_dim, num_hard_negatives)
+    if pretokenized:
+        _check_pretokenized(corpora, tokenizer)
+    check_shards([path for files, _ in leaves for path in files], teacher_dim, num_hard_negatives, pretokenized)
     if language_ids:
         language_table, known_languages = language_token_table(tokenizer, languages or corpus_languages(corpora))
     streams = [_read_stream(files, seed + i, input_context, repeat) for i, (files, _) in enumerate(leaves)]
@@ -213,8 +242,12 @@ def make_dataset(
             return tf.identity(ids)
 
     def parse_and_tokenize(serialized):
-        features = parse_examples(serialized, teacher_dim=teacher_dim, num_hard_negatives=num_hard_negatives)
-        out = {side: tokenizer.tokenize(features[side], truncate=False) for side in ("src", "tgt")}
+        features = parse_examples(serialized, teacher_dim=teacher_dim, num_hard_negatives=num_hard_negatives,
+                                  token_ids=pretokenized)
+        if pretokenized:
+            out = {side: tf.cast(features[f"{side}_ids"], tf.int32) for side in ("src", "tgt")}
+        else:
+            out = {side: tokenizer.tokenize(features[side], truncate=False) for side in ("src", "tgt")}
         if num_hard_negatives:
             flat = tokenizer.tokenize(tf.reshape(features["hard_negatives"], [-1]))
             out["hard_negatives"] = tf.RaggedTensor.from_uniform_row_length(flat, num_hard_negatives)
@@ -265,7 +298,17 @@ def make_dataset(
         padding.update(src_lang_id=tf.constant(0, tf.int32), tgt_lang_id=tf.constant(0, tf.int32))
     if include_text:
         padding.update(src_text="", tgt_text="")
-    batches = examples.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
+    if bucket_boundaries:
+        batches = examples.bucket_by_sequence_length(
+            lambda example: tf.maximum(tf.shape(example["src"]["token_ids"])[0],
+                                       tf.shape(example["tgt"]["token_ids"])[0]),
+            bucket_boundaries=list(bucket_boundaries),
+            bucket_batch_sizes=[batch_size] * (len(bucket_boundaries) + 1),
+            padding_values=padding,
+            drop_remainder=drop_remainder,
+        )
+    else:
+        batches = examples.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
     batches = batches.prefetch(tf.data.AUTOTUNE)
     batches.source_files = [path for files, _ in leaves for path in files]
     return batches

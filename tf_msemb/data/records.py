@@ -6,6 +6,11 @@
 | `src_lang`, `tgt_lang` | bytes | language tags, e.g. `en`, `de`               |
 | `teacher`        | float list  | optional: a teacher's vector of `src`        |
 | `hard_negatives` | bytes list  | optional: sentences close to `tgt` but wrong |
+| `src_ids`, `tgt_ids` | int64 list | optional: token ids (special tokens included, not truncated) |
+
+Token ids are written when the corpus is tokenized once at writing time
+(`make_tfrecords.py --tokenizer=...`); the manifest then records the
+tokenizer's fingerprint so training can check it uses the same one.
 """
 
 import tensorflow as tf
@@ -19,7 +24,7 @@ def _bytes(values):
     return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v.encode("utf-8") for v in values]))
 
 
-def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None):
+def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None, src_ids=None, tgt_ids=None):
     """Serializes one pair; optional fields are left out when `None`."""
     feature = {
         "src": _bytes([src]),
@@ -31,16 +36,22 @@ def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None
         feature["teacher"] = tf.train.Feature(float_list=tf.train.FloatList(value=list(teacher)))
     if hard_negatives is not None:
         feature["hard_negatives"] = _bytes(hard_negatives)
+    for name, ids in (("src_ids", src_ids), ("tgt_ids", tgt_ids)):
+        if ids is not None:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(ids)))
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def feature_spec(teacher_dim=None, num_hard_negatives=None):
+def feature_spec(teacher_dim=None, num_hard_negatives=None, token_ids=False):
     """Parsing spec; optional fields are read only when asked for.
 
     `teacher_dim` makes `teacher` a required fixed-size float vector;
-    `num_hard_negatives` makes `hard_negatives` a required list of that length.
+    `num_hard_negatives` makes `hard_negatives` a required list of that length;
+    `token_ids` reads `src_ids`/`tgt_ids` as ragged int64 lists.
     """
     spec = {name: tf.io.FixedLenFeature([], tf.string) for name in TEXT_FIELDS}
+    if token_ids:
+        spec.update(src_ids=tf.io.RaggedFeature(tf.int64), tgt_ids=tf.io.RaggedFeature(tf.int64))
     if teacher_dim is not None:
         spec["teacher"] = tf.io.FixedLenFeature([teacher_dim], tf.float32)
     if num_hard_negatives is not None:
@@ -48,12 +59,12 @@ def feature_spec(teacher_dim=None, num_hard_negatives=None):
     return spec
 
 
-def parse_examples(serialized, teacher_dim=None, num_hard_negatives=None):
+def parse_examples(serialized, teacher_dim=None, num_hard_negatives=None, token_ids=False):
     """Parses a 1-D batch of serialized examples into a dict of tensors."""
-    return tf.io.parse_example(serialized, feature_spec(teacher_dim, num_hard_negatives))
+    return tf.io.parse_example(serialized, feature_spec(teacher_dim, num_hard_negatives, token_ids))
 
 
-def _record_problem(serialized, teacher_dim, num_hard_negatives):
+def _record_problem(serialized, teacher_dim, num_hard_negatives, token_ids=False):
     """What is wrong with one serialized pair for the requested spec, or None."""
     try:
         features = tf.train.Example.FromString(serialized).features.feature
@@ -64,6 +75,8 @@ def _record_problem(serialized, teacher_dim, num_hard_negatives):
         missing.append("teacher")
     if num_hard_negatives and "hard_negatives" not in features:
         missing.append("hard_negatives")
+    if token_ids:
+        missing += [name for name in ("src_ids", "tgt_ids") if name not in features]
     if missing:
         return f"lacks the field(s) {', '.join(missing)}"
     if teacher_dim is not None:
@@ -77,7 +90,7 @@ def _record_problem(serialized, teacher_dim, num_hard_negatives):
     return None
 
 
-def check_shards(files, teacher_dim=None, num_hard_negatives=None):
+def check_shards(files, teacher_dim=None, num_hard_negatives=None, token_ids=False):
     """Reads the first record of every shard and raises `CorpusError` naming the first bad one.
 
     Catches shards that are not TFRecords, records without a required
@@ -90,7 +103,7 @@ def check_shards(files, teacher_dim=None, num_hard_negatives=None):
             raise CorpusError(f"Corrupt TFRecord shard {path}: {data_loss_reason(e)}") from None
         if first is None:
             continue
-        problem = _record_problem(first.numpy(), teacher_dim, num_hard_negatives)
+        problem = _record_problem(first.numpy(), teacher_dim, num_hard_negatives, token_ids)
         if problem:
             raise CorpusError(f"TFRecord shard {path} {problem}.")
 

@@ -54,22 +54,49 @@ def tsv_pairs(path, src_lang, tgt_lang):
     yield src_lang, tgt_lang, rows
 
 
-def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max_chars=1000, verbose=True):
+_WRITE_CHUNK = 1024
+
+
+def _token_ids(tokenizer, texts):
+    """Untruncated token ids (special tokens included) of `texts`, as Python lists."""
+    return tokenizer.tokenize(tf.constant(texts), truncate=False).to_list()
+
+
+def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max_chars=1000, verbose=True,
+                    tokenizer=None):
     """Writes the rows of each `(src_lang, tgt_lang, rows)` source as shards.
 
     Rows with an empty side, or a side longer than `max_chars` characters, are
-    dropped and counted. Returns the manifest dict (also written as JSON).
+    dropped and counted. With `tokenizer`, each record also stores both
+    sides' token ids (`src_ids`, `tgt_ids`) and the manifest the tokenizer's
+    fingerprint, so training can skip tokenization (`make_dataset.pretokenized`).
+    Returns the manifest dict (also written as JSON).
     """
     if num_shards < 1:
         raise ValueError(f"num_shards must be at least 1, got {num_shards}.")
     os.makedirs(output_dir, exist_ok=True)
     manifest = {"prefix": prefix, "pairs": {}}
+    if tokenizer is not None:
+        manifest["tokenizer"] = {"class": type(tokenizer).__name__, "fingerprint": tokenizer.fingerprint()}
     for src_lang, tgt_lang, rows in pair_sources:
         pair = f"{src_lang}-{tgt_lang}"
         files = [f"{prefix}.{pair}.tfrecord-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
         counts = collections.Counter()
         progress = keras.utils.Progbar(len(rows), unit_name="pair", verbose=1 if verbose else 0)
         writers = [tf.io.TFRecordWriter(os.path.join(output_dir, name)) for name in files]
+        kept = []
+
+        def flush():
+            ids = [[None] * len(kept)] * 2
+            if tokenizer is not None and kept:
+                ids = [_token_ids(tokenizer, [row[side] for row in kept]) for side in (0, 1)]
+            for (src, tgt, negatives), src_ids, tgt_ids in zip(kept, *ids):
+                record = make_example(src, tgt, src_lang, tgt_lang, hard_negatives=negatives or None,
+                                      src_ids=src_ids, tgt_ids=tgt_ids)
+                writers[counts["examples"] % num_shards].write(record)
+                counts["examples"] += 1
+            kept.clear()
+
         try:
             for i, (src, tgt, *negatives) in enumerate(rows):
                 src, tgt = src.strip(), tgt.strip()
@@ -78,11 +105,12 @@ def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max
                 elif max(len(src), len(tgt)) > max_chars:
                     counts["dropped_long"] += 1
                 else:
-                    record = make_example(src, tgt, src_lang, tgt_lang, hard_negatives=negatives or None)
-                    writers[counts["examples"] % num_shards].write(record)
-                    counts["examples"] += 1
+                    kept.append((src, tgt, negatives))
+                if len(kept) == _WRITE_CHUNK:
+                    flush()
                 if verbose and (i + 1) % 1000 == 0:
                     progress.update(i + 1)
+            flush()
             progress.update(len(rows), finalize=True)
         finally:
             for writer in writers:

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 
+import gin
 import keras
 import tensorflow as tf
 
@@ -27,6 +28,7 @@ from tf_msemb.export.serving import SIGNATURE
 from tf_msemb.export.serving import WARMUP_FILE
 from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.training.precision import with_precision
 
 METADATA_FILE = "tf_msemb_export.json"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
@@ -38,6 +40,10 @@ class EmbeddingModule(tf.Module):
     Args:
         tokenizer: a `SubwordTokenizer` layer.
         encoder: tokens -> `[b, d]` (a `SentenceEncoder` or a teacher).
+        sub_batch_size: sort each call's sentences by token count and encode
+            them in sub-batches of this many, each padded only to its own
+            longest sentence; results come back in the caller's order. Less
+            padding, same vectors (to float rounding). None or 0: one padded batch.
     """
 
     # Plain attributes rather than tf.Module's computed properties, so they
@@ -45,10 +51,11 @@ class EmbeddingModule(tf.Module):
     variables = None
     trainable_variables = None
 
-    def __init__(self, tokenizer, encoder, name=None):
+    def __init__(self, tokenizer, encoder, sub_batch_size=32, name=None):
         super().__init__(name=name)
         self.tokenizer = tokenizer
         self.encoder = encoder
+        self.sub_batch_size = sub_batch_size
         # One eager call creates any state still missing (weights, dropout
         # seeds) outside the traced functions, where saving can reach it.
         encoder(tokenizer(tf.constant([""])))
@@ -60,10 +67,30 @@ class EmbeddingModule(tf.Module):
         for training in (False, True):
             self.__call__.get_concrete_function(_STRINGS, training=training)
 
+    def _encode(self, ids, training):
+        return tf.cast(self.encoder(self.tokenizer.pad(ids), training=training), tf.float32)
+
+    def _encode_sorted(self, ids, training):
+        """Encodes length-sorted sub-batches and puts the vectors back in input order."""
+        order = tf.argsort(ids.row_lengths(), stable=True)
+        ids = tf.gather(ids, order)
+        size = self.sub_batch_size
+        count = (ids.nrows(out_type=tf.int32) + size - 1) // size
+        parts = tf.TensorArray(tf.float32, size=count, infer_shape=False,
+                               element_shape=tf.TensorShape([None, self.encoder.output_dim]))
+
+        def body(i, parts):
+            return i + 1, parts.write(i, self._encode(ids[i * size:(i + 1) * size], training))
+
+        _, parts = tf.while_loop(lambda i, _: i < count, body, [tf.constant(0), parts])
+        return tf.gather(parts.concat(), tf.math.invert_permutation(order))
+
     def _embed(self, inputs, training):
         with tf.device("/cpu:0"):
-            tokens = self.tokenizer(inputs)
-        return l2_normalize(self.encoder(tokens, training=training))
+            ids = self.tokenizer.tokenize(inputs)
+        if self.sub_batch_size:
+            return l2_normalize(self._encode_sorted(ids, training))
+        return l2_normalize(self._encode(ids, training))
 
     @tf.function
     def __call__(self, inputs, training=False):
@@ -76,7 +103,7 @@ class EmbeddingModule(tf.Module):
         return {OUTPUT_KEY: self._embed(inputs, False)}
 
 
-def export_metadata(tokenizer, encoder, step=None, objective=None):
+def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
     asset = getattr(tokenizer, "model_file", None) or getattr(tokenizer, "vocabulary_file", None)
     return {
@@ -90,6 +117,8 @@ def export_metadata(tokenizer, encoder, step=None, objective=None):
         "input": "1-D tf.string tensor of raw sentences (normalized and tokenized inside)",
         "embedding_dim": int(encoder.output_dim),
         "normalization": "l2 (unit-length rows; dot product = cosine)",
+        "compute_precision": precision,
+        "length_sorted_sub_batch": sub_batch_size or None,
         "tokenizer": {
             "class": type(tokenizer).__name__,
             "asset": os.path.basename(asset) if asset else None,
@@ -99,17 +128,26 @@ def export_metadata(tokenizer, encoder, step=None, objective=None):
     }
 
 
-def export_saved_model(tokenizer, encoder, path, step=None, objective=None):
+@gin.configurable(allowlist=["precision", "sub_batch_size"])
+def export_saved_model(tokenizer, encoder, path, step=None, objective=None, precision="float32", sub_batch_size=32):
     """Writes the SavedModel, TF Serving warm-up requests and `tf_msemb_export.json` to `path`; returns `path`.
 
     `step` and `objective` (the training step and the objective's class and
     options) go into the metadata when the export comes from training.
+
+    Speed switches (numerically safe defaults): `sub_batch_size` (length-sorted
+    sub-batches inside the serving function, see `EmbeddingModule`; vectors
+    equal to one padded batch within 1e-5) and `precision`
+    (`"mixed_bfloat16"` computes in bfloat16 with float32 weights and output:
+    faster on CPUs with AVX512-BF16 and on TPUs, cosine to float32 vectors
+    about 0.9999; default `"float32"`).
     """
-    module = EmbeddingModule(tokenizer, encoder)
+    module = EmbeddingModule(tokenizer, with_precision(encoder, precision), sub_batch_size=sub_batch_size)
     tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
     write_warmup_requests(path)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(export_metadata(tokenizer, encoder, step, objective), f, indent=2, default=str)
+        json.dump(export_metadata(tokenizer, encoder, step, objective, precision, sub_batch_size), f, indent=2,
+                  default=str)
     return path
 
 

@@ -8,6 +8,8 @@ batch still has a well-defined shape). Subclasses only implement
 (our multilingual vocabularies) and WordPiece (BERT teachers) plug in alike.
 """
 
+import hashlib
+import json
 import os
 
 import keras
@@ -87,6 +89,19 @@ class SubwordTokenizer(keras.layers.Layer):
 
     def call(self, texts):
         return self.pad(self.tokenize(texts))
+
+    def fingerprint(self):
+        """Identifies the exact tokenization (class, options, vocabulary bytes), for records that store token ids."""
+        digest = hashlib.sha256(type(self).__name__.encode())
+        options = {k: v for k, v in self.get_config().items() if k in ("add_bos", "add_eos", "normalize", "lowercase")}
+        digest.update(json.dumps(options, sort_keys=True).encode())
+        asset = getattr(self, "model_file", None) or getattr(self, "vocabulary_file", None)
+        if asset:
+            with open(asset, "rb") as f:
+                digest.update(f.read())
+        else:
+            digest.update(json.dumps(self.get_config(), sort_keys=True, default=str).encode())
+        return digest.hexdigest()[:16]
 
     def get_config(self):
         config = super().get_config()

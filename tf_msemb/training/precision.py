@@ -4,6 +4,8 @@ import contextlib
 
 import keras
 
+from tf_msemb.models.encoder import ensure_built
+
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
@@ -29,3 +31,31 @@ def wrap_optimizer(optimizer, name):
     if name == "mixed_float16":
         return keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer
+
+
+def _with_policy(config, name):
+    """`config` with every float32 `DTypePolicy` replaced by `name`."""
+    if isinstance(config, dict):
+        if config.get("class_name") == "DTypePolicy" and config.get("config", {}).get("name") == "float32":
+            return dict(config, config=dict(config["config"], name=name))
+        return {key: _with_policy(value, name) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_with_policy(value, name) for value in config]
+    return config
+
+
+def with_precision(model, name):
+    """A copy of a built float32 `model` that computes under policy `name`, with the same (float32) weights.
+
+    Serialized configs pin each layer's dtype policy, so the copy is rebuilt
+    from a config whose float32 policies are replaced.
+    """
+    if name == "float32":
+        return model
+    if name not in POLICIES:
+        raise ValueError(f"Unknown precision {name!r}; choose one of {', '.join(POLICIES)}.")
+    config = _with_policy(keras.saving.serialize_keras_object(model), name)
+    with precision_policy(name):
+        copy = ensure_built(keras.saving.deserialize_keras_object(config))
+    copy.set_weights(model.get_weights())
+    return copy

@@ -26,6 +26,19 @@ def split_cpu(num_devices):
     )
 
 
+def set_threads(intra_op=0, inter_op=0):
+    """TensorFlow's thread pools: `intra_op` threads inside one op (matmuls), `inter_op` ops run at once.
+
+    0 keeps TensorFlow's default (one per core each). Must run before
+    TensorFlow executes anything. Results do not depend on it beyond float
+    rounding of parallel reductions.
+    """
+    if intra_op:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
+    if inter_op:
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
+
+
 def _local_devices():
     gpus = tf.config.list_logical_devices("GPU")
     return [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]

