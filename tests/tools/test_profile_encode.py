@@ -1,0 +1,21 @@
+import re
+
+from conftest import REPO
+from conftest import corpus_file
+from conftest import run
+
+
+def _profile(tmp_path, *args):
+    out = run([f"{REPO}/tools/profile_encode.py", f"--input={corpus_file('train', 'en')}", "--limit=96",
+               "--batch_size=32", *args], tmp_path)
+    stages = dict(re.findall(r"^(tokenize|encode)\s+([\d.]+)\s+[\d.]+%$", out, flags=re.M))
+    padding = float(re.search(r"^padding: ([\d.]+)% of (\d+) token positions", out, flags=re.M).group(1))
+    assert set(stages) == {"tokenize", "encode"} and all(float(v) > 0 for v in stages.values()), out
+    return padding
+
+
+def test_sorting_and_sub_batches_cut_the_padding_it_reports(tmp_path):
+    given = _profile(tmp_path)
+    sub_batched = _profile(tmp_path, "--sub_batch_size=8")
+    assert sub_batched < given
+    assert _profile(tmp_path, "--order=sorted") < given
