@@ -18,12 +18,15 @@ def train(config, model_dir, cwd, *bindings):
                 *[f"--gin_param={b}" for b in bindings]], cwd)
 
 
-def test_distill_minilm_multi30k_with_precomputed_teacher(tmp_path, quickstart_records):
+@pytest.mark.parametrize("config", ["distill_minilm_multi30k.gin", "distill_minilm_multi30k_fast.gin"])
+def test_distill_minilm_multi30k_with_precomputed_teacher(tmp_path, quickstart_records, config):
     run([f"{REPO}/tools/precompute_teacher.py", "--teacher=all-MiniLM-L6-v2", f"--manifest={quickstart_records}",
          "--output_dir=teacher"], tmp_path)
-    out = train("distill_minilm_multi30k.gin", "distill", tmp_path, "make_dataset.corpora = ['teacher/qs.manifest.json']")
+    out = train(config, "distill", tmp_path, "make_dataset.corpora = ['teacher/qs.manifest.json']")
     assert "step 3/3 loss" in out and "mse_tgt" in out
     assert (tmp_path / "distill" / "export" / "final" / "saved_model.pb").exists()
+    operative = (tmp_path / "distill" / "operative_config.gin").read_text()
+    assert ("train.precision = 'mixed_bfloat16'" in operative) == config.endswith("_fast.gin")
 
 
 @pytest.mark.skipif(not os.path.exists(STSB), reason=f"STS benchmark not found at {STSB}")

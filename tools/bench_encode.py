@@ -119,7 +119,7 @@ def main(argv):
                           f"--sentences={sentences_file}", f"--batch_size={FLAGS.batch_size}",
                           f"--passes={FLAGS.passes}", f"--vectors={theirs_vectors}")
         rows.append(("sentence-transformers", dict(theirs, mean_words=r["mean_words"])))
-    else:
+    elif FLAGS.peer:
         print("(sentence-transformers side skipped: no torch + sentence-transformers in "
               f"{FLAGS.peer_python}; install the `bench` extra)")
     print(f"{'encoder':<22} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "

@@ -140,7 +140,7 @@ def main(argv):
                 rows.append(("sentence-transformers", theirs))
             else:
                 print("(sentence-transformers side skipped: the recipe has no precomputed teacher vectors)")
-    else:
+    elif FLAGS.peer:
         print("(sentence-transformers side skipped: no torch + sentence-transformers in "
               f"{FLAGS.peer_python}; install the `bench` extra)")
     print(f"{'variant':<22} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
