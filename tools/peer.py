@@ -8,8 +8,11 @@ PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_sen
 
 
 def peer_available(python):
-    """Whether `python` has the optional `bench` extra (torch and sentence-transformers)."""
-    check = subprocess.run([python, "-c", "import torch, sentence_transformers"], capture_output=True)
+    """Whether `python` exists and has the optional `bench` extra (torch and sentence-transformers)."""
+    try:
+        check = subprocess.run([python, "-c", "import torch, sentence_transformers"], capture_output=True)
+    except OSError:
+        return False
     return check.returncode == 0
 
 
