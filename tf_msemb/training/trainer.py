@@ -169,7 +169,9 @@ def train(
         return os.path.join(os.path.dirname(path), "final") if final else path
 
     step_fn = _make_step_function(model, strategy, inputs, jit_compile)
-    writer = tf.summary.create_file_writer(os.path.join(model_dir, "train") if chief else tempfile.mkdtemp())
+    writer = tf.summary.create_noop_writer()
+    if chief:
+        writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
     step = int(model.optimizer.iterations.numpy())
     progress = ProgressLine(num_steps, global_batch_size, start_step=step)
     deadline = time.monotonic() + 60 * max_train_minutes if max_train_minutes else None
@@ -180,7 +182,7 @@ def train(
             break
         try:
             logs = step_fn()
-        except tf.errors.OpError as e:
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise CorpusError(explain_data_error(e, inputs.source_files, step + 1)) from None
         step += 1
         loss = float(logs["loss"])
