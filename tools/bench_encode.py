@@ -21,7 +21,6 @@ Without the extra it prints our row only.
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available
 from peer import ratio
@@ -94,12 +94,8 @@ def _cosines(ours, theirs):
     return float(cosine.min()), float(cosine.mean())
 
 
-def main(argv):
-    del argv
-    if FLAGS.child:
-        run_child()
-        return
-    work = tempfile.mkdtemp(prefix="bench_encode_")
+def _benchmark(work):
+    """Runs both sides with their files under `work` and prints the table."""
     ours_vectors, theirs_vectors = os.path.join(work, "ours.npy"), os.path.join(work, "theirs.npy")
     command = [sys.executable, __file__, "--child", f"--model={FLAGS.model}", f"--limit={FLAGS.limit}",
                f"--max_words={FLAGS.max_words}", f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}",
@@ -120,8 +116,7 @@ def main(argv):
                           f"--passes={FLAGS.passes}", f"--vectors={theirs_vectors}")
         rows.append(("sentence-transformers", dict(theirs, mean_words=r["mean_words"])))
     elif FLAGS.peer:
-        print("(sentence-transformers side skipped: no torch + sentence-transformers in "
-              f"{FLAGS.peer_python}; install the `bench` extra)")
+        print(missing_note(FLAGS.peer_python))
     print(f"{'encoder':<22} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
           f"{'peak RSS MiB':>13}")
     max_words = FLAGS.max_words or "-"
@@ -133,7 +128,15 @@ def main(argv):
         print(f"ratio tf_msemb / sentence-transformers: "
               f"{ratio(rows[0][1]['sentences_per_second'], rows[1][1]['sentences_per_second'])}; "
               f"cosine of the two models' vectors: min {low:.5f}, mean {mean:.5f}")
-    shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv):
+    del argv
+    if FLAGS.child:
+        run_child()
+        return
+    with tempfile.TemporaryDirectory(prefix="bench_encode_") as work:
+        _benchmark(work)
 
 
 if __name__ == "__main__":

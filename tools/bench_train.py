@@ -28,6 +28,7 @@ import tempfile
 from absl import app
 from absl import flags
 
+from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available
 from peer import ratio
@@ -141,8 +142,7 @@ def main(argv):
             else:
                 print("(sentence-transformers side skipped: the recipe has no precomputed teacher vectors)")
     elif FLAGS.peer:
-        print("(sentence-transformers side skipped: no torch + sentence-transformers in "
-              f"{FLAGS.peer_python}; install the `bench` extra)")
+        print(missing_note(FLAGS.peer_python))
     print(f"{'variant':<22} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
     for variant, r in rows:
         print(f"{variant:<22} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")

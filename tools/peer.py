@@ -31,5 +31,11 @@ def run_peer(python, mode, *args):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def missing_note(python):
+    """What the benchmark scripts print when the peer side cannot run."""
+    return (f"(sentence-transformers side skipped: no torch + sentence-transformers in {python}; "
+            "install the `bench` extra)")
+
+
 def ratio(ours, theirs):
     return f"{ours / theirs:.2f}x" if theirs else "-"

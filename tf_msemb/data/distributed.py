@@ -52,10 +52,10 @@ class ReplicaInput:
             self.iterators, self.source_files = [], []
             return
         self._distributed = None
-        self._first_id = local_replica_ids(strategy)[0]
+        replica_ids = local_replica_ids(strategy)
+        self._first_id = replica_ids[0]
         datasets = [
-            dataset_fn(tf.distribute.InputContext(replicas, replica_id, replicas))
-            for replica_id in local_replica_ids(strategy)
+            dataset_fn(tf.distribute.InputContext(replicas, replica_id, replicas)) for replica_id in replica_ids
         ]
         self.source_files = sorted({path for dataset in datasets for path in getattr(dataset, "source_files", [])})
         self.iterators = [iter(dataset) for dataset in datasets]

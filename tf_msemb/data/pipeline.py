@@ -215,9 +215,10 @@ def make_dataset(
     if not corpora:
         raise CorpusError("No corpora given: set make_dataset.corpora to manifests or TFRecord globs.")
     leaves = stream_weights(corpora, corpus_weights, pair_weights, proportional)
+    shards = [path for files, _ in leaves for path in files]
     if pretokenized:
         _check_pretokenized(corpora, tokenizer)
-    check_shards([path for files, _ in leaves for path in files], teacher_dim, num_hard_negatives, pretokenized)
+    check_shards(shards, teacher_dim, num_hard_negatives, pretokenized)
     if language_ids:
         language_table, known_languages = language_token_table(tokenizer, languages or corpus_languages(corpora))
     streams = [_read_stream(files, seed + i, input_context, repeat) for i, (files, _) in enumerate(leaves)]
@@ -310,7 +311,7 @@ def make_dataset(
     else:
         batches = examples.padded_batch(batch_size, padding_values=padding, drop_remainder=drop_remainder)
     batches = batches.prefetch(tf.data.AUTOTUNE)
-    batches.source_files = [path for files, _ in leaves for path in files]
+    batches.source_files = shards
     return batches
 
 

@@ -111,7 +111,7 @@ def check_shards(files, teacher_dim=None, num_hard_negatives=None, token_ids=Fal
 def data_loss_reason(error):
     """The useful part of a `DataLossError` ("corrupted record at 5394")."""
     message = str(error.message if hasattr(error, "message") else error)
-    for marker in ("corrupted record", "truncated record", "corrupted", "truncated"):
+    for marker in ("corrupted", "truncated"):
         start = message.find(marker)
         if start >= 0:
             return message[start:].split(" [Op:")[0].split("'")[0].strip()

@@ -62,8 +62,7 @@ class EmbeddingModule(tf.Module):
         self.variables = [v.value for v in encoder.variables]
         self.trainable_variables = [v.value for v in encoder.trainable_variables]
         self.regularization_losses = []
-        asset = getattr(tokenizer, "model_file", None) or getattr(tokenizer, "vocabulary_file", None)
-        self.tokenizer_asset = tf.saved_model.Asset(asset) if asset else None
+        self.tokenizer_asset = tf.saved_model.Asset(tokenizer.asset_file) if tokenizer.asset_file else None
         for training in (False, True):
             self.__call__.get_concrete_function(_STRINGS, training=training)
 
@@ -105,7 +104,6 @@ class EmbeddingModule(tf.Module):
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
-    asset = getattr(tokenizer, "model_file", None) or getattr(tokenizer, "vocabulary_file", None)
     return {
         "format": "tf_msemb raw-string SavedModel",
         "tf_msemb_version": tf_msemb.__version__,
@@ -121,7 +119,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "length_sorted_sub_batch": sub_batch_size or None,
         "tokenizer": {
             "class": type(tokenizer).__name__,
-            "asset": os.path.basename(asset) if asset else None,
+            "asset": os.path.basename(tokenizer.asset_file) if tokenizer.asset_file else None,
             "config": keras.saving.serialize_keras_object(tokenizer)["config"],
         },
         "encoder": keras.saving.serialize_keras_object(encoder),
@@ -157,12 +155,10 @@ def export_version(tokenizer, encoder, export_dir, step, objective=None, final=F
     Returns the versioned path. An existing directory for the same step is replaced.
     """
     path = os.path.join(export_dir, str(step))
-    if os.path.exists(path):
-        shutil.rmtree(path)
+    shutil.rmtree(path, ignore_errors=True)
     export_saved_model(tokenizer, encoder, path, step=step, objective=objective)
     if final:
         final_path = os.path.join(export_dir, "final")
-        if os.path.exists(final_path):
-            shutil.rmtree(final_path)
+        shutil.rmtree(final_path, ignore_errors=True)
         shutil.copytree(path, final_path)
     return path

@@ -45,6 +45,11 @@ class SubwordTokenizer(keras.layers.Layer):
     def vocabulary_size(self):
         raise NotImplementedError
 
+    @property
+    def asset_file(self):
+        """The file that defines the vocabulary (copied into exports), or None."""
+        return None
+
     def _tokenize_normalized(self, texts):
         """1-D string tensor -> int32 RaggedTensor [batch, (tokens)]."""
         raise NotImplementedError
@@ -95,9 +100,8 @@ class SubwordTokenizer(keras.layers.Layer):
         digest = hashlib.sha256(type(self).__name__.encode())
         options = {k: v for k, v in self.get_config().items() if k in ("add_bos", "add_eos", "normalize", "lowercase")}
         digest.update(json.dumps(options, sort_keys=True).encode())
-        asset = getattr(self, "model_file", None) or getattr(self, "vocabulary_file", None)
-        if asset:
-            with open(asset, "rb") as f:
+        if self.asset_file:
+            with open(self.asset_file, "rb") as f:
                 digest.update(f.read())
         else:
             digest.update(json.dumps(self.get_config(), sort_keys=True, default=str).encode())
@@ -164,6 +168,10 @@ class SentencePieceTokenizer(SubwordTokenizer):
         config["model_file"] = self.model_file
         return config
 
+    @property
+    def asset_file(self):
+        return self.model_file
+
 
 class WordPieceTokenizer(SubwordTokenizer):
     """BERT WordPiece vocabulary (`vocab.txt`), `[CLS]`/`[SEP]` as BOS/EOS.
@@ -211,6 +219,10 @@ class WordPieceTokenizer(SubwordTokenizer):
         config = super().get_config()
         config.update(vocabulary_file=self.vocabulary_file, lowercase=self.lowercase)
         return config
+
+    @property
+    def asset_file(self):
+        return self.vocabulary_file
 
 
 class KerasHubTokenizer(SubwordTokenizer):

@@ -55,7 +55,8 @@ class RunCheckpoints:
         a damaged disk) is skipped with a warning for the one before it;
         when none can be restored the run stops rather than start over.
         """
-        for number in _steps_on_disk(self.directory):
+        steps = _steps_on_disk(self.directory)
+        for number in steps:
             path = os.path.join(self.directory, f"ckpt-{number}")
             try:
                 self.checkpoint.restore(path).assert_existing_objects_matched()
@@ -65,7 +66,7 @@ class RunCheckpoints:
                 message = f"Checkpoint {path} cannot be restored ({reason}); falling back to the previous one."
                 logging.warning(message)
                 print(f"warning: {message}", flush=True)
-        if _steps_on_disk(self.directory):
+        if steps:
             raise CheckpointError(f"No checkpoint in {self.directory} can be restored; move the directory away "
                                   "to start the run over.")
         return None

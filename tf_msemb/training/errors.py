@@ -6,7 +6,6 @@ import tensorflow as tf
 
 from tf_msemb.data.records import data_loss_reason
 from tf_msemb.data.records import find_corrupt_shard
-from tf_msemb.data.text_files import CorpusError
 from tf_msemb.training.checkpointing import CheckpointError
 from tf_msemb.training.strategy import StrategyError
 
@@ -15,9 +14,12 @@ class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
+_FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}\s*")
+
+
 def _first_line(message):
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(message))
-    return message.strip().splitlines()[0] if message.strip() else ""
+    message = _FUNCTION_NODE.sub("", str(message)).strip()
+    return message.splitlines()[0] if message else ""
 
 
 _BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
@@ -28,7 +30,7 @@ def _core_message(message):
     failed = re.search(r"assertion failed: (.*)", message)
     if failed:
         return failed.group(1).strip()
-    for line in re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message).splitlines():
+    for line in _FUNCTION_NODE.sub("", message).splitlines():
         line = line.strip()
         if line and not line.startswith(_BOILERPLATE):
             return re.sub(r" \[Op:\w+\]", "", line.split(" transformation with iterator: ")[-1])
@@ -56,10 +58,9 @@ def explain_data_error(error, source_files, step):
 
 def one_line(error):
     """The message to print for an error the user can act on, or None for a bug (show the traceback)."""
-    if isinstance(error, (CorpusError, StrategyError, CheckpointError, NonFiniteLossError, FileNotFoundError)):
-        return _first_line(error)
     if isinstance(error, tf.errors.OpError):
         return _core_message(error.message)
-    if isinstance(error, ValueError):
+    # ValueError covers CorpusError and the configuration checks of constructors.
+    if isinstance(error, (ValueError, StrategyError, CheckpointError, NonFiniteLossError, FileNotFoundError)):
         return _first_line(error)
     return None
