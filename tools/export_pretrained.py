@@ -1,12 +1,13 @@
 """Exports a pretrained encoder (e.g. a teacher) as a raw-string SavedModel.
 
     python tools/export_pretrained.py --model=all-MiniLM-L6-v2 --output=runs/minilm_export \
-        [--precision=mixed_bfloat16] [--sub_batch_size=32]
+        [--precision=mixed_bfloat16] [--nopacked] [--sub_batch_size=32]
 
 The result loads and serves exactly like a training run's `export/final`.
 `--precision=mixed_bfloat16` computes in bfloat16 (faster on CPUs with
-AVX512-BF16; vectors within cosine ~0.9999 of float32); `--sub_batch_size`
-sets the length-sorted sub-batches of the serving function (0: off).
+AVX512-BF16; vectors within cosine ~0.9999 of float32); `--nopacked` runs
+inference on padded batches instead of the real tokens only, and
+`--sub_batch_size` sets their length-sorted sub-batches (0: off).
 """
 
 import sys
@@ -21,7 +22,8 @@ flags.DEFINE_string("model", None, "A load_pretrained name, local directory or k
 flags.DEFINE_string("output", None, "Export directory.")
 flags.DEFINE_integer("max_length", None, "Token limit (default: the model's own).")
 flags.DEFINE_enum("precision", "float32", ["float32", "mixed_bfloat16", "mixed_float16"], "Compute precision.")
-flags.DEFINE_integer("sub_batch_size", 32, "Length-sorted sub-batch size inside the serving function (0: off).")
+flags.DEFINE_integer("sub_batch_size", 32, "Length-sorted sub-batch size for padded batches (0: off).")
+flags.DEFINE_bool("packed", True, "Inference on the real tokens only (--nopacked: padded batches).")
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
 
@@ -33,7 +35,7 @@ def main(argv):
     except (FileNotFoundError, ImportError) as e:
         sys.exit(f"error: {e}")
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
-                              sub_batch_size=FLAGS.sub_batch_size)
+                              sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed)
     print(f"Exported SavedModel: {path}")
 
 

@@ -143,6 +143,45 @@ def test_bfloat16_export_stays_close_to_float32(exported, tokenizer, tmp_path):
     assert metadata["compute_precision"] == "mixed_bfloat16" and metadata["length_sorted_sub_batch"] == 32
 
 
+@pytest.fixture(scope="module")
+def packed_exported(tokenizer, tmp_path_factory):
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=2, num_heads=2,
+                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
+    path = export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("packed") / "m"))
+    return path, encoder
+
+
+def test_packed_inference_is_the_default_and_agrees_with_keras_and_padded(packed_exported, tokenizer, tmp_path):
+    path, encoder = packed_exported
+    model = tf.saved_model.load(path)
+    texts = tf.constant(MIXED)
+    vectors = model(texts).numpy()
+    np.testing.assert_array_equal(model.signatures["serving_default"](inputs=texts)["outputs"].numpy(), vectors)
+    np.testing.assert_allclose(vectors, _keras_vectors(tokenizer, encoder, MIXED), atol=1e-5)
+    padded = export_saved_model(tokenizer, encoder, str(tmp_path / "padded"), packed=False)
+    np.testing.assert_allclose(tf.saved_model.load(padded)(texts).numpy(), vectors, atol=1e-5)
+    assert json.loads(open(os.path.join(path, "tf_msemb_export.json")).read())["inference"] == "packed"
+    assert json.loads((tmp_path / "padded" / "tf_msemb_export.json").read_text())["inference"] == "padded"
+    assert model(tf.constant([], tf.string)).shape == (0, 16)
+
+
+def test_encoders_that_cannot_be_packed_fall_back_to_padded(exported):
+    """The module fixture pools with attention (among others): not packable."""
+    metadata = json.loads(open(os.path.join(exported[0], "tf_msemb_export.json")).read())
+    assert metadata["inference"] == "padded"
+
+
+def test_packed_bfloat16_export_stays_close_to_float32(packed_exported, tokenizer, tmp_path):
+    path, encoder = packed_exported
+    bf16 = export_saved_model(tokenizer, encoder, str(tmp_path / "bf16"), precision="mixed_bfloat16")
+    full = tf.saved_model.load(path)(tf.constant(MIXED)).numpy()
+    half = tf.saved_model.load(bf16)(tf.constant(MIXED)).numpy()
+    cosines = (full * half).sum(axis=1)
+    assert cosines.min() > 0.999 and not np.array_equal(full, half)
+    metadata = json.loads((tmp_path / "bf16" / "tf_msemb_export.json").read_text())
+    assert metadata["inference"] == "packed" and metadata["compute_precision"] == "mixed_bfloat16"
+
+
 def test_one_thread_gives_the_same_vectors(exported, tmp_path):
     path, _ = exported
     out = tmp_path / "one_thread.npy"

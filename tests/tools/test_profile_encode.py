@@ -19,3 +19,7 @@ def test_sorting_and_sub_batches_cut_the_padding_it_reports(tmp_path):
     sub_batched = _profile(tmp_path, "--sub_batch_size=8")
     assert sub_batched < given
     assert _profile(tmp_path, "--order=sorted") < given
+
+
+def test_packed_encoding_has_no_padding_outside_attention(tmp_path):
+    assert _profile(tmp_path, "--packed") == 0.0 < _profile(tmp_path)

@@ -20,6 +20,7 @@ import shutil
 import gin
 import keras
 import tensorflow as tf
+from absl import logging
 
 import tf_msemb
 from tf_msemb.export.serving import INPUT_KEY
@@ -27,7 +28,10 @@ from tf_msemb.export.serving import OUTPUT_KEY
 from tf_msemb.export.serving import SIGNATURE
 from tf_msemb.export.serving import WARMUP_FILE
 from tf_msemb.export.serving import write_warmup_requests
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.packed import PackedEncoder
+from tf_msemb.models.packed import packed_support
 from tf_msemb.training.precision import with_precision
 
 METADATA_FILE = "tf_msemb_export.json"
@@ -44,6 +48,9 @@ class EmbeddingModule(tf.Module):
             them in sub-batches of this many, each padded only to its own
             longest sentence; results come back in the caller's order. Less
             padding, same vectors (to float rounding). None or 0: one padded batch.
+        packed: a `PackedEncoder` of `encoder` for inference (`training=False`
+            and the serving signature), or None to run `encoder` there too.
+            Training calls always run `encoder` (dropout).
     """
 
     # Plain attributes rather than tf.Module's computed properties, so they
@@ -51,11 +58,12 @@ class EmbeddingModule(tf.Module):
     variables = None
     trainable_variables = None
 
-    def __init__(self, tokenizer, encoder, sub_batch_size=32, name=None):
+    def __init__(self, tokenizer, encoder, sub_batch_size=32, packed=None, name=None):
         super().__init__(name=name)
         self.tokenizer = tokenizer
         self.encoder = encoder
         self.sub_batch_size = sub_batch_size
+        self.packed = packed
         # One eager call creates any state still missing (weights, dropout
         # seeds) outside the traced functions, where saving can reach it.
         encoder(tokenizer(tf.constant([""])))
@@ -87,6 +95,8 @@ class EmbeddingModule(tf.Module):
     def _embed(self, inputs, training):
         with tf.device("/cpu:0"):
             ids = self.tokenizer.tokenize(inputs)
+        if self.packed is not None and not training:
+            return l2_normalize(self.packed(ids))
         if self.sub_batch_size:
             return l2_normalize(self._encode_sorted(ids, training))
         return l2_normalize(self._encode(ids, training))
@@ -102,7 +112,8 @@ class EmbeddingModule(tf.Module):
         return {OUTPUT_KEY: self._embed(inputs, False)}
 
 
-def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None):
+def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
+                    inference="padded"):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
     return {
         "format": "tf_msemb raw-string SavedModel",
@@ -116,6 +127,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "embedding_dim": int(encoder.output_dim),
         "normalization": "l2 (unit-length rows; dot product = cosine)",
         "compute_precision": precision,
+        "inference": inference,
         "length_sorted_sub_batch": sub_batch_size or None,
         "tokenizer": {
             "class": type(tokenizer).__name__,
@@ -126,26 +138,42 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
     }
 
 
-@gin.configurable(allowlist=["precision", "sub_batch_size"])
-def export_saved_model(tokenizer, encoder, path, step=None, objective=None, precision="float32", sub_batch_size=32):
+def _packed(encoder, precision):
+    """A `PackedEncoder` of `encoder` computing in `precision`'s compute dtype, or None (logged) when unsupported."""
+    reason = packed_support(encoder)
+    if reason:
+        logging.warning("Inference runs on padded batches: %s.", reason)
+        return None
+    return PackedEncoder(encoder, keras.DTypePolicy(precision).compute_dtype)
+
+
+@gin.configurable(allowlist=["precision", "sub_batch_size", "packed"])
+def export_saved_model(tokenizer, encoder, path, step=None, objective=None, precision="float32", sub_batch_size=32,
+                       packed=True):
     """Writes the SavedModel, TF Serving warm-up requests and `tf_msemb_export.json` to `path`; returns `path`.
 
     `step` and `objective` (the training step and the objective's class and
     options) go into the metadata when the export comes from training.
 
-    Speed switches (numerically safe defaults): `sub_batch_size` (length-sorted
-    sub-batches inside the serving function, see `EmbeddingModule`; vectors
-    equal to one padded batch within 1e-5) and `precision`
-    (`"mixed_bfloat16"` computes in bfloat16 with float32 weights and output:
+    Speed switches (numerically safe defaults): `packed` (inference on the
+    real tokens only, see `tf_msemb.models.packed`; vectors equal to the Keras
+    forward within 1e-5; encoders it cannot pack fall back to padded batches,
+    with a warning), `sub_batch_size` (length-sorted sub-batches for padded
+    batches, see `EmbeddingModule`; within 1e-5 of one padded batch) and
+    `precision` (`"mixed_bfloat16"` computes in bfloat16 with float32 output:
     faster on CPUs with AVX512-BF16 and on TPUs, cosine to float32 vectors
-    about 0.9999; default `"float32"`).
+    about 0.9999; default `"float32"`). A packed bfloat16 export keeps
+    bfloat16 copies of the matmul weights, made at export: fine-tuning the
+    exported variables changes training calls only, so export again after.
     """
-    module = EmbeddingModule(tokenizer, with_precision(encoder, precision), sub_batch_size=sub_batch_size)
+    computing = ensure_built(with_precision(encoder, precision))
+    packed_encoder = _packed(computing, precision) if packed else None
+    module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder)
     tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
     write_warmup_requests(path)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(export_metadata(tokenizer, encoder, step, objective, precision, sub_batch_size), f, indent=2,
-                  default=str)
+        json.dump(export_metadata(tokenizer, encoder, step, objective, precision, sub_batch_size,
+                                  "packed" if packed_encoder else "padded"), f, indent=2, default=str)
     return path
 
 

@@ -1,0 +1,109 @@
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.packed import PackedEncoder
+from tf_msemb.models.packed import packed_support
+from tf_msemb.models.pretrained import BackboneEncoder
+
+# Lengths from 2 tokens (an empty text: <s> </s>) to the tokenizer's limit of 48.
+TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten am Abend.", "The dog runs.",
+         "x " * 60, "Une femme lit un livre.", "A"]
+
+
+def _randomized(encoder):
+    """`encoder` built, every weight drawn from N(0, 0.5^2): initial weights are too small for a wrong
+    activation or a missing bias to show above float32 noise."""
+    ensure_built(encoder)
+    rng = np.random.default_rng(0)
+    for variable in encoder.weights:
+        variable.assign(rng.normal(0.0, 0.5, variable.shape).astype(np.float32))
+    return encoder
+
+
+def _sentence_encoder(tokenizer, **kwargs):
+    return _randomized(SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=2, num_heads=2,
+                                       intermediate_dim=32, max_sequence_length=tokenizer.max_length, **kwargs))
+
+
+def _bert_encoder(tokenizer, **kwargs):
+    backbone = keras_hub.models.BertBackbone(vocabulary_size=tokenizer.vocabulary_size, num_layers=2, num_heads=2,
+                                             hidden_dim=16, intermediate_dim=32,
+                                             max_sequence_length=tokenizer.max_length)
+    return _randomized(BackboneEncoder(backbone, **kwargs))
+
+
+def _both(tokenizer, encoder, compute_dtype="float32"):
+    ids = tokenizer.tokenize(tf.constant(TEXTS))
+    return PackedEncoder(encoder, compute_dtype)(ids).numpy(), encoder(tokenizer.pad(ids)).numpy()
+
+
+@pytest.mark.parametrize("options", [
+    {"pooling": "mean"},
+    {"pooling": "max", "activation": "relu"},
+    {"pooling": "first", "normalize": True},
+])
+def test_sentence_encoder_packed_equals_padded(tokenizer, options):
+    packed, padded = _both(tokenizer, _sentence_encoder(tokenizer, **options))
+    assert packed.shape == padded.shape == (len(TEXTS), 16)
+    np.testing.assert_allclose(packed, padded, atol=1e-5)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "first"])
+def test_bert_backbone_packed_equals_padded(tokenizer, pooling):
+    """BERT adds a segment embedding and uses tanh-approximated GELU (keras-hub's `gelu_approximate`)."""
+    packed, padded = _both(tokenizer, _bert_encoder(tokenizer, pooling=pooling, normalize=True))
+    np.testing.assert_allclose(packed, padded, atol=1e-5)
+
+
+def test_bfloat16_stays_close_and_keeps_float32_output(tokenizer):
+    encoder = _bert_encoder(tokenizer, normalize=True)
+    half, full = _both(tokenizer, encoder, "bfloat16")
+    assert half.dtype == np.float32
+    cosines = (half * full).sum(axis=1)
+    assert cosines.min() > 0.999 and not np.array_equal(half, full)
+
+
+def test_float32_reads_the_live_weights_and_bfloat16_its_copies(tokenizer):
+    """Float32 packing follows later weight changes (fine-tuning); bfloat16 keeps the matmul weights cast at creation."""
+    encoder = _sentence_encoder(tokenizer)
+    ids = tokenizer.tokenize(tf.constant(TEXTS))
+    full, half = PackedEncoder(encoder), PackedEncoder(encoder, "bfloat16")
+    before = half(ids).numpy()
+    kernel = encoder.transformer_layers[0]._feedforward_intermediate_dense.kernel
+    kernel.assign(kernel * 3.0)
+    np.testing.assert_allclose(full(ids).numpy(), encoder(tokenizer.pad(ids)).numpy(), atol=1e-5)
+    np.testing.assert_array_equal(half(ids).numpy(), before)
+
+
+def test_empty_batch(tokenizer):
+    ids = tokenizer.tokenize(tf.constant([], tf.string))
+    assert PackedEncoder(_sentence_encoder(tokenizer))(ids).shape == (0, 16)
+
+
+def test_traced_with_unknown_batch_and_length(tokenizer):
+    packed = PackedEncoder(_bert_encoder(tokenizer))
+    encode = tf.function(lambda texts: packed(tokenizer.tokenize(texts)),
+                         input_signature=[tf.TensorSpec([None], tf.string)])
+    for texts in (TEXTS, TEXTS[:2], ["one more sentence"] * 5):
+        ids = tokenizer.tokenize(tf.constant(texts))
+        np.testing.assert_allclose(encode(tf.constant(texts)).numpy(), packed(ids).numpy(), atol=1e-6)
+
+
+def test_unsupported_encoders_are_named(tokenizer):
+    assert packed_support(_sentence_encoder(tokenizer)) is None
+    assert "'attention'" in packed_support(_sentence_encoder(tokenizer, pooling="attention"))
+    assert "pooling ('mean', 'max')" in packed_support(
+        _sentence_encoder(tokenizer, pooling=["mean", "max"], pooled_dim=8))
+    assert "'silu'" in packed_support(_sentence_encoder(tokenizer, activation="silu"))
+    distil = keras_hub.models.DistilBertBackbone(vocabulary_size=tokenizer.vocabulary_size, num_layers=1,
+                                                 num_heads=2, hidden_dim=16, intermediate_dim=32,
+                                                 max_sequence_length=tokenizer.max_length)
+    assert "DistilBertBackbone is not a BertBackbone" in packed_support(BackboneEncoder(distil))
+    assert "neither" in packed_support(keras.Sequential([keras.layers.Dense(2)]))
+    with pytest.raises(ValueError, match="Cannot pack this encoder: pooling 'attention'"):
+        PackedEncoder(_sentence_encoder(tokenizer, pooling="attention"))
