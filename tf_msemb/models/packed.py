@@ -148,17 +148,16 @@ class PackedEncoder(tf.Module):
             "output_norm": _norm(layer._feedforward_layer_norm),
         }
 
-    def _attention(self, qkv, layer, index, grid_shape, key_bias):
+    def _attention(self, qkv, layer, row_splits, index, key_bias):
         """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) on the padded grid; packed `[tokens, d]` out."""
-        batch, length = grid_shape[0], grid_shape[1]
-        heads = layer["heads"]
-        width = qkv.shape[-1] // 3
-        grid = tf.scatter_nd(index, qkv, tf.stack([batch, length, tf.constant(3 * width, tf.int64)]))
-        grid = tf.transpose(tf.reshape(grid, tf.stack([batch, length, 3, heads, width // heads])), [2, 0, 3, 1, 4])
+        grid = tf.RaggedTensor.from_row_splits(qkv, row_splits, validate=False).to_tensor()
+        batch, length = tf.shape(grid)[0], tf.shape(grid)[1]
+        heads, width = layer["heads"], qkv.shape[-1] // 3
+        grid = tf.transpose(tf.reshape(grid, [batch, length, 3, heads, width // heads]), [2, 0, 3, 1, 4])
         query = grid[0] * tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
         scores = tf.matmul(query, grid[1], transpose_b=True) + key_bias
         context = tf.matmul(tf.nn.softmax(scores), grid[2])
-        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), tf.stack([batch, length, width]))
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
         return tf.gather_nd(context, index)
 
     def __call__(self, ids):
@@ -169,15 +168,13 @@ class PackedEncoder(tf.Module):
         if self.constant_row is not None:
             x += self.constant_row
         x = _layer_norm(x, self.embeddings_norm)
-        lengths = ids.row_lengths()
-        grid_shape = tf.stack([ids.nrows(), tf.reduce_max(tf.concat([lengths, [0]], 0))])
         index = tf.stack([rows, positions], axis=1)
         very_negative = -3e4 if self.compute_dtype == tf.float16 else -1e9
-        key_bias = tf.where(tf.sequence_mask(lengths, grid_shape[1]), 0.0, very_negative)
+        key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
         key_bias = tf.cast(key_bias, self.compute_dtype)[:, None, None, :]
         for layer in self.layers:
             qkv = tf.cast(layer["qkv"](x), self.compute_dtype)
-            attended = layer["attention_output"](self._attention(qkv, layer, index, grid_shape, key_bias))
+            attended = layer["attention_output"](self._attention(qkv, layer, ids.row_splits, index, key_bias))
             x = _layer_norm(x + tf.cast(attended, tf.float32), layer["attention_norm"])
             hidden = layer["output"](layer["activation"](layer["intermediate"](x)))
             x = _layer_norm(x + tf.cast(hidden, tf.float32), layer["output_norm"])
