@@ -147,7 +147,7 @@ def test_a_language_without_a_token_is_named(tokenizer, tmp_path):
 
 
 def test_an_unknown_tag_in_the_records_is_named(tokenizer, tmp_path):
-    corpus = _corpus(tmp_path, "c", {"fr": 10})
+    _corpus(tmp_path, "c", {"fr": 10})
     shards = str(tmp_path / "c" / "c.en-fr.tfrecord-*")
     ds = make_dataset(shards, tokenizer, batch_size=4, max_tokens=48, language_ids=True, languages=["en", "de"])
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Unknown language tag.*fr.*knows de en"):

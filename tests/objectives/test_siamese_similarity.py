@@ -1,7 +1,6 @@
 import json
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
