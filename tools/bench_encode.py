@@ -15,7 +15,9 @@ extra (torch, sentence-transformers), the same sentences are also encoded by
 `SentenceTransformer(--peer_model).encode` (same batch size, normalized) in a
 third process, and the table adds their row, the ratio and the cosine
 between the two models' vectors (all-MiniLM-L6-v2 export vs the same model).
-Without the extra it prints our row only.
+Without the extra it prints our row only. `--peer_precision=bfloat16` runs
+their side under torch's bfloat16 autocast (like for like with a
+`mixed_bfloat16` export; the default is their default, float32).
 """
 
 import json
@@ -47,6 +49,7 @@ flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow ops run concurrently (0:
 flags.DEFINE_string("peer_python", sys.executable, "Interpreter with the `bench` extra for the peer side.")
 flags.DEFINE_string("peer_model", None, "sentence-transformers model directory (default: packaged all-MiniLM-L6-v2).")
 flags.DEFINE_bool("peer", True, "Run the sentence-transformers side when it is installed.")
+flags.DEFINE_enum("peer_precision", "float32", ["float32", "bfloat16"], "Their compute precision (torch autocast).")
 flags.DEFINE_string("vectors", None, "Internal: where the child saves its vectors.")
 flags.DEFINE_bool("child", False, "Internal: measure in this process and print JSON.")
 flags.mark_flag_as_required("model")
@@ -113,8 +116,10 @@ def _benchmark(work):
             f.writelines(s + "\n" for s in benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words))
         theirs = run_peer(FLAGS.peer_python, "encode", f"--model={FLAGS.peer_model or packaged_minilm()}",
                           f"--sentences={sentences_file}", f"--batch_size={FLAGS.batch_size}",
-                          f"--passes={FLAGS.passes}", f"--vectors={theirs_vectors}")
-        rows.append(("sentence-transformers", dict(theirs, mean_words=r["mean_words"])))
+                          f"--passes={FLAGS.passes}", f"--vectors={theirs_vectors}",
+                          f"--precision={FLAGS.peer_precision}")
+        name = "sentence-transformers" + ("-bf16" if FLAGS.peer_precision == "bfloat16" else "")
+        rows.append((name, dict(theirs, mean_words=r["mean_words"])))
     elif FLAGS.peer:
         print(missing_note(FLAGS.peer_python))
     print(f"{'encoder':<22} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "

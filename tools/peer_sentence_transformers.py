@@ -4,11 +4,13 @@ Needs the optional `bench` extra (torch==2.13.0, sentence-transformers 6.2)
 in the interpreter that runs it, and no part of tf_msemb:
 
     python tools/peer_sentence_transformers.py encode --model=DIR --sentences=FILE \
-        --batch_size=64 --passes=2 --vectors=OUT.npy
+        --batch_size=64 --passes=2 --vectors=OUT.npy [--precision=bfloat16]
     python tools/peer_sentence_transformers.py train --model=DIR --pairs=FILE.jsonl \
         --batch_size=64 --steps=40 --warmup=10
 
-`encode` times `SentenceTransformer.encode` (normalized); `train` times the
+`encode` times `SentenceTransformer.encode` (normalized; `--precision=bfloat16`
+runs it under torch's CPU autocast to bfloat16, the counterpart of our
+`mixed_bfloat16` exports); `train` times the
 seed-001 recipe as sentence-transformers runs it: the student is a copy of
 the teacher, `losses.MSELoss` between the student's embeddings of source
 and translation and the precomputed teacher vector, AdamW (lr 2e-5), one
@@ -17,6 +19,7 @@ throughput and the process's peak RSS.
 """
 
 import argparse
+import contextlib
 import json
 import resource
 import time
@@ -35,12 +38,15 @@ def encode(args):
     with open(args.sentences, encoding="utf-8") as f:
         sentences = f.read().split("\n")[:-1]
     model = SentenceTransformer(args.model, device="cpu")
-    model.encode(sentences, batch_size=args.batch_size, normalize_embeddings=True)
-    start = time.perf_counter()
-    for _ in range(args.passes):
-        vectors = model.encode(sentences, batch_size=args.batch_size, normalize_embeddings=True,
-                               convert_to_numpy=True)
-    seconds = time.perf_counter() - start
+    precision = (torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bfloat16"
+                 else contextlib.nullcontext())
+    with precision:
+        model.encode(sentences, batch_size=args.batch_size, normalize_embeddings=True)
+        start = time.perf_counter()
+        for _ in range(args.passes):
+            vectors = model.encode(sentences, batch_size=args.batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True)
+        seconds = time.perf_counter() - start
     np.save(args.vectors, vectors.astype(np.float32))
     return {"sentences": len(sentences), "sentences_per_second": args.passes * len(sentences) / seconds}
 
@@ -78,6 +84,8 @@ def main():
     parser.add_argument("--sentences", help="encode: one sentence a line.")
     parser.add_argument("--vectors", help="encode: where to save the embeddings (.npy).")
     parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--precision", choices=["float32", "bfloat16"], default="float32",
+                        help="encode: bfloat16 = torch CPU autocast.")
     parser.add_argument("--pairs", help="train: jsonl of {src, tgt, teacher}.")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
