@@ -68,6 +68,20 @@ def test_signature_and_reusable_api(exported):
     assert os.listdir(os.path.join(path, "assets")) == ["qs.model"]
 
 
+def test_each_weight_is_saved_once_and_the_listed_variables_are_live(packed_exported, tokenizer):
+    """`variables` must name the encoder's own variables: copies doubled the export's size."""
+    path, encoder = packed_exported
+    saved = tf.train.list_variables(os.path.join(path, "variables", "variables"))
+    token_table = tuple(encoder.embeddings.token_embedding.embeddings.shape)
+    assert [tuple(shape) for _, shape in saved].count(token_table) == 1
+    model = tf.saved_model.load(path)
+    texts = tf.constant(SENTENCES)
+    before = model(texts).numpy()
+    for variable in model.trainable_variables:
+        variable.assign(variable * 1.5)
+    assert not np.allclose(model(texts).numpy(), before, atol=1e-3)
+
+
 @pytest.mark.parametrize(
     "texts",
     [

@@ -67,8 +67,8 @@ class EmbeddingModule(tf.Module):
         # One eager call creates any state still missing (weights, dropout
         # seeds) outside the traced functions, where saving can reach it.
         encoder(tokenizer(tf.constant([""])))
-        self.variables = [v.value for v in encoder.variables]
-        self.trainable_variables = [v.value for v in encoder.trainable_variables]
+        self.variables = list(encoder.variables)
+        self.trainable_variables = list(encoder.trainable_variables)
         self.regularization_losses = []
         self.tokenizer_asset = tf.saved_model.Asset(tokenizer.asset_file) if tokenizer.asset_file else None
         for training in (False, True):
