@@ -122,11 +122,11 @@ def _benchmark(work):
         rows.append((name, dict(theirs, mean_words=r["mean_words"])))
     elif FLAGS.peer:
         print(missing_note(FLAGS.peer_python))
-    print(f"{'encoder':<22} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
+    print(f"{'encoder':<26} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
           f"{'peak RSS MiB':>13}")
     max_words = FLAGS.max_words or "-"
     for name, row in rows:
-        print(f"{name:<22} {FLAGS.batch_size:>6} {max_words:>10} {row['sentences']:>10} {row['mean_words']:>11.1f} "
+        print(f"{name:<26} {FLAGS.batch_size:>6} {max_words:>10} {row['sentences']:>10} {row['mean_words']:>11.1f} "
               f"{row['sentences_per_second']:>12.1f} {row['peak_rss_mib']:>13.0f}")
     if len(rows) == 2:
         low, mean = _cosines(ours_vectors, theirs_vectors)
