@@ -4,7 +4,7 @@ Projections, feed-forward layers and layer norms act on each token alone, and
 they are nearly all of a small encoder's work. `PackedEncoder` keeps a batch's
 tokens as one `[tokens, d]` matrix (the ragged ids' flat values), so none of
 that work is spent on padding and every matmul is a single large 2-D one;
-only attention scatters the tokens into a padded `[b, l]` grid and gathers them
+only attention lays the tokens out on a padded `[b, l]` grid and gathers them
 back. Query, key and value projections are fused into one matmul, layer norms
 use the fused batch-norm kernel (channels = tokens), and pooling works on
 segments. Same vectors as the Keras forward pass (float32: within 1e-5).
@@ -173,7 +173,7 @@ class PackedEncoder(tf.Module):
         key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
         key_bias = tf.cast(key_bias, self.compute_dtype)[:, None, None, :]
         for layer in self.layers:
-            qkv = tf.cast(layer["qkv"](x), self.compute_dtype)
+            qkv = layer["qkv"](x)
             attended = layer["attention_output"](self._attention(qkv, layer, ids.row_splits, index, key_bias))
             x = _layer_norm(x + tf.cast(attended, tf.float32), layer["attention_norm"])
             hidden = layer["output"](layer["activation"](layer["intermediate"](x)))
