@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tf_msemb.quickstart import CORPUS_DIR as CORPUS
 from tf_msemb.quickstart import LANGUAGES as LANGS
-from tf_msemb.training.strategy import split_cpu
+from tf_msemb.runtime import split_cpu
 
 split_cpu(2)
 

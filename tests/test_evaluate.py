@@ -41,7 +41,7 @@ def test_mining_recovers_gold_and_applies_the_train_threshold(tmp_path, selectio
 
 
 def test_mining_spec_errors(tmp_path):
-    from tf_msemb.data.text_files import CorpusError
+    from tf_msemb.text_files import CorpusError
 
     with pytest.raises(CorpusError, match="SRC,TGT,GOLD"):
         evaluate_mining(number_model, "a,b", None, verbose=False)
@@ -52,7 +52,7 @@ def test_mining_spec_errors(tmp_path):
 
 
 def test_sts_sets_pair_languages_row_by_row(tmp_path):
-    from tf_msemb.data.text_files import CorpusError
+    from tf_msemb.text_files import CorpusError
     from tf_msemb.evaluate import sts_sets
 
     (tmp_path / "stsb-en-dev.csv").write_text("A dog runs.,A dog is running.,4.5\n")
@@ -84,7 +84,7 @@ def test_pool_retrieval_counts_distractors_and_scores_p_at_k(tmp_path):
 
 
 def test_documents_are_matched_by_id(tmp_path):
-    from tf_msemb.data.text_files import CorpusError
+    from tf_msemb.text_files import CorpusError
     from tf_msemb.evaluate import evaluate_documents
 
     src = _lines(tmp_path / "docs.de", ["d1\tquelle 1", "d2\tquelle 3", "d1\tquelle 2", "d3\tquelle 5"])

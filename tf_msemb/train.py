@@ -17,11 +17,11 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tf_msemb.training.config import parse_config
+from tf_msemb.config import parse_config
 from tf_msemb.training.errors import one_line
 from tf_msemb.training.strategy import configured_strategy
-from tf_msemb.training.strategy import set_threads
-from tf_msemb.training.strategy import split_cpu
+from tf_msemb.runtime import set_threads
+from tf_msemb.runtime import split_cpu
 from tf_msemb.training.trainer import train
 
 flags.DEFINE_multi_string("gin_file", [], "Gin config files, applied in order.")

@@ -58,7 +58,7 @@ FLAGS = flags.FLAGS
 
 def benchmark_sentences(inputs, limit, max_words):
     """The sentences to encode: up to `limit` lines of each input, each cut to `max_words` words."""
-    from tf_msemb.data.text_files import read_lines
+    from tf_msemb.text_files import read_lines
     from tf_msemb.quickstart import CORPUS_DIR
 
     inputs = inputs or [os.path.join(CORPUS_DIR, f"{split}.en.txt") for split in ("train", "heldout")]
@@ -69,7 +69,7 @@ def benchmark_sentences(inputs, limit, max_words):
 def run_child():
     from tf_msemb.evaluation.encoding import encode
     from tf_msemb.evaluation.encoding import load_model
-    from tf_msemb.training.strategy import set_threads
+    from tf_msemb.runtime import set_threads
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
 

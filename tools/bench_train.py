@@ -64,7 +64,7 @@ def _variant_bindings(variant):
 
 def run_child():
     """Trains WARMUP + steps in this process; prints throughput and peak RSS as JSON."""
-    from tf_msemb.training.config import parse_config
+    from tf_msemb.config import parse_config
     from tf_msemb.training.trainer import train
 
     parse_config(FLAGS.gin_file, FLAGS.gin_param)
@@ -91,7 +91,7 @@ def _peer_pairs(path, count):
 
     from tf_msemb.data.pipeline import corpus_streams
     from tf_msemb.data.records import parse_examples
-    from tf_msemb.training.config import parse_config
+    from tf_msemb.config import parse_config
 
     parse_config(FLAGS.gin_file, FLAGS.gin_param)
     try:

@@ -22,7 +22,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords

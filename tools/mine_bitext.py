@@ -21,8 +21,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from tf_msemb.data.text_files import CorpusError
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import CorpusError
+from tf_msemb.text_files import read_lines
 from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
 from tf_msemb.evaluation.embedding_cache import DTYPES

@@ -16,7 +16,7 @@ from absl import app
 from absl import flags
 
 from tf_msemb.data.teacher_vectors import add_teacher_vectors
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.models.pretrained import load_pretrained
 
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher: a load_pretrained name, directory or keras-hub preset.")

@@ -26,10 +26,10 @@ import tensorflow as tf
 from absl import app
 from absl import flags
 
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import read_lines
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.pretrained import load_pretrained
-from tf_msemb.training.precision import with_precision
+from tf_msemb.models.precision import with_precision
 
 flags.DEFINE_string("model", "all-MiniLM-L6-v2", "A load_pretrained name or directory.")
 flags.DEFINE_multi_string("input", [], "Text files, one sentence a line.")

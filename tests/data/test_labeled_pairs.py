@@ -7,7 +7,7 @@ from tf_msemb.data.labeled_pairs import make_labeled_dataset
 from tf_msemb.data.labeled_pairs import read_nli_jsonl
 from tf_msemb.data.labeled_pairs import read_semeval_sts
 from tf_msemb.data.labeled_pairs import semeval_sts_tracks
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 
 
 def _nli(tmp_path):

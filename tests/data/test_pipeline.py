@@ -6,7 +6,7 @@ import tensorflow as tf
 from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.data.pipeline import stream_weights
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import write_tfrecords
 
 

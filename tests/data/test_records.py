@@ -6,7 +6,7 @@ from tf_msemb.data.records import check_shards
 from tf_msemb.data.records import find_corrupt_shard
 from tf_msemb.data.records import make_example
 from tf_msemb.data.records import parse_examples
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 
 
 def test_round_trip_with_optional_fields():

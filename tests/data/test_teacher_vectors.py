@@ -8,7 +8,7 @@ import tensorflow as tf
 from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.data.records import parse_examples
 from tf_msemb.data.teacher_vectors import add_teacher_vectors
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.models.encoder import SentenceEncoder
 
 

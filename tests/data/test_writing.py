@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tf_msemb.data.records import parse_examples
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords

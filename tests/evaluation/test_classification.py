@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.evaluation.classification import read_labeled_texts
 from tf_msemb.evaluation.classification import zero_shot_transfer
 

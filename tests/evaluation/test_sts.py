@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.evaluation.sts import cross_lingual
 from tf_msemb.data.labeled_pairs import read_stsb_csv
 from tf_msemb.data.labeled_pairs import read_stsb_tsv

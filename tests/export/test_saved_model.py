@@ -204,7 +204,7 @@ def test_one_thread_gives_the_same_vectors(exported, tmp_path):
         import numpy as np
         import tensorflow as tf
         import tensorflow_text
-        from tf_msemb.training.strategy import set_threads
+        from tf_msemb.runtime import set_threads
         set_threads(intra_op=1, inter_op=1)
         assert tf.config.threading.get_intra_op_parallelism_threads() == 1
         np.save({str(out)!r}, tf.saved_model.load({path!r})(tf.constant({MIXED!r})).numpy())

@@ -1,6 +1,6 @@
 import sentencepiece as spm
 
-from tf_msemb.text.spm_training import language_token
+from tf_msemb.text.vocabulary import language_token
 from tf_msemb.text.spm_training import train_sentencepiece
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_msemb.data.distributed import ReplicaInput
-from tf_msemb.data.text_files import CorpusError
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import CorpusError
+from tf_msemb.text_files import read_lines
 
 NLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}
 

@@ -19,9 +19,9 @@ from tf_msemb.data.distributed import ReplicaInput
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
 from tf_msemb.data.records import check_shards
 from tf_msemb.data.records import parse_examples
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import MANIFEST_SUFFIX
-from tf_msemb.text.spm_training import language_token
+from tf_msemb.text.vocabulary import language_token
 
 _CHUNK = 512
 

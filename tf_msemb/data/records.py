@@ -15,7 +15,7 @@ tokenizer's fingerprint so training can check it uses the same one.
 
 import tensorflow as tf
 
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 
 TEXT_FIELDS = ("src", "tgt", "src_lang", "tgt_lang")
 

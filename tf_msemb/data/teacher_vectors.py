@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 
 

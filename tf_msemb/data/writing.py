@@ -13,8 +13,8 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.data.records import make_example
-from tf_msemb.data.text_files import CorpusError
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import CorpusError
+from tf_msemb.text_files import read_lines
 
 MANIFEST_SUFFIX = ".manifest.json"
 

@@ -9,8 +9,8 @@ standard deviation over several seeds.
 import keras
 import numpy as np
 
-from tf_msemb.data.text_files import CorpusError
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import CorpusError
+from tf_msemb.text_files import read_lines
 
 
 def read_labeled_texts(path):

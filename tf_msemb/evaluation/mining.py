@@ -15,8 +15,8 @@ intersection, or the max-score union with each sentence used once.
 
 import numpy as np
 
-from tf_msemb.data.text_files import CorpusError
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import CorpusError
+from tf_msemb.text_files import read_lines
 from tf_msemb.evaluation import search
 
 MARGINS = ("ratio", "distance", "absolute", "rescore", "rescore_one_sided")

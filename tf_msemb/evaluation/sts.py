@@ -8,7 +8,7 @@ one language with sentence 2 of another (seed 001, Sec. 4.2).
 import numpy as np
 from scipy import stats
 
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 
 
 def cross_lingual(set_a, set_b):

@@ -32,7 +32,7 @@ from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
-from tf_msemb.training.precision import with_precision
+from tf_msemb.models.precision import with_precision
 
 METADATA_FILE = "tf_msemb_export.json"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)

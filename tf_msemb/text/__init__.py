@@ -1,7 +1,7 @@
 """In-graph text processing: normalization and subword tokenizers."""
 
 from tf_msemb.text.normalize import normalize_text
-from tf_msemb.text.spm_training import language_token
+from tf_msemb.text.vocabulary import language_token
 from tf_msemb.text.spm_training import train_sentencepiece
 from tf_msemb.text.tokenizers import SentencePieceTokenizer
 from tf_msemb.text.tokenizers import SubwordTokenizer

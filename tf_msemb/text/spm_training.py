@@ -6,15 +6,10 @@ import os
 import sentencepiece as spm
 import tensorflow as tf
 
-from tf_msemb.data.text_files import read_lines
+from tf_msemb.text_files import read_lines
 from tf_msemb.text.normalize import normalize_text
-
-PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
-
-
-def language_token(language):
-    """The target-language token of seed 003, e.g. `<2de>`."""
-    return f"<2{language}>"
+from tf_msemb.text import vocabulary
+from tf_msemb.text.vocabulary import language_token
 
 
 def train_sentencepiece(
@@ -58,14 +53,14 @@ def train_sentencepiece(
         shuffle_input_sentence=True,
         normalization_rule_name="identity",
         user_defined_symbols=[language_token(lang) for lang in languages],
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        pad_piece=PAD,
-        unk_piece=UNK,
-        bos_piece=BOS,
-        eos_piece=EOS,
+        pad_id=vocabulary.PAD_ID,
+        unk_id=vocabulary.UNK_ID,
+        bos_id=vocabulary.BOS_ID,
+        eos_id=vocabulary.EOS_ID,
+        pad_piece=vocabulary.PAD,
+        unk_piece=vocabulary.UNK,
+        bos_piece=vocabulary.BOS,
+        eos_piece=vocabulary.EOS,
         minloglevel=2,
     )
     path = f"{model_prefix}.model"

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from tf_msemb.text import vocabulary
 from tf_msemb.text.normalize import normalize_text
 
 
@@ -141,7 +142,7 @@ class SentencePieceTokenizer(SubwordTokenizer):
         self._vocabulary_size = int(sp.vocab_size())
         self._piece_ids = {}
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = (
-            self.token_to_id(piece) for piece in ("<pad>", "<s>", "</s>", "<unk>")
+            self.token_to_id(piece) for piece in (vocabulary.PAD, vocabulary.BOS, vocabulary.EOS, vocabulary.UNK)
         )
 
     def _sentencepiece(self):

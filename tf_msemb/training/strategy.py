@@ -14,31 +14,6 @@ class StrategyError(RuntimeError):
     """A strategy cannot be set up on this machine (no TPU, bad `TF_CONFIG`)."""
 
 
-def split_cpu(num_devices):
-    """Splits the CPU into `num_devices` logical devices.
-
-    Must run before TensorFlow executes anything; lets `MirroredStrategy`
-    run with several replicas on one CPU (big_vision-style fake devices).
-    """
-    cpus = tf.config.list_physical_devices("CPU")
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(num_devices)]
-    )
-
-
-def set_threads(intra_op=0, inter_op=0):
-    """TensorFlow's thread pools: `intra_op` threads inside one op (matmuls), `inter_op` ops run at once.
-
-    0 keeps TensorFlow's default (one per core each). Must run before
-    TensorFlow executes anything. Results do not depend on it beyond float
-    rounding of parallel reductions.
-    """
-    if intra_op:
-        tf.config.threading.set_intra_op_parallelism_threads(intra_op)
-    if inter_op:
-        tf.config.threading.set_inter_op_parallelism_threads(inter_op)
-
-
 def _local_devices():
     gpus = tf.config.list_logical_devices("GPU")
     return [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
@@ -95,7 +70,7 @@ def make_strategy(kind="default", devices=None, tpu_address=None, communication=
     - `"default"`: no distribution (one device, whatever TensorFlow picks).
     - `"one_device"`: `OneDeviceStrategy` on `devices[0]` (default: first GPU, else CPU).
     - `"mirrored"`: `MirroredStrategy` over `devices` (default: every local
-      GPU, else every logical CPU; see `split_cpu`).
+      GPU, else every logical CPU; see `tf_msemb.runtime.split_cpu`).
     - `"multi_worker"`: `MultiWorkerMirroredStrategy`; the cluster and this
       worker's role come from the `TF_CONFIG` environment variable.
     - `"tpu"`: `TPUStrategy` on the TPU at `tpu_address` (a name or

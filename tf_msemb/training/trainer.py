@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.data.pipeline import make_distributed_dataset
-from tf_msemb.data.text_files import CorpusError
+from tf_msemb.text_files import CorpusError
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.saved_model import export_version
 from tf_msemb.models.encoder import SentenceEncoder
@@ -21,8 +21,8 @@ from tf_msemb.training.checkpointing import RunCheckpoints
 from tf_msemb.training.errors import NonFiniteLossError
 from tf_msemb.training.errors import explain_data_error
 from tf_msemb.training.optimizers import make_optimizer
-from tf_msemb.training.precision import precision_policy
-from tf_msemb.training.precision import wrap_optimizer
+from tf_msemb.models.precision import precision_policy
+from tf_msemb.models.precision import wrap_optimizer
 from tf_msemb.training.progress import ProgressLine
 from tf_msemb.training.strategy import is_chief
 from tf_msemb.training.strategy import make_strategy

@@ -8,8 +8,8 @@ from objectives.replica_check import random_tokens
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.translation_ranking import TranslationRanking
 from tf_msemb.training.optimizers import make_optimizer
-from tf_msemb.training.precision import precision_policy
-from tf_msemb.training.precision import wrap_optimizer
+from tf_msemb.models.precision import precision_policy
+from tf_msemb.models.precision import wrap_optimizer
 
 VOCABULARY = 50
 

@@ -1,0 +1,14 @@
+"""The layout of our SentencePiece vocabularies, read by the trainer, the tokenizer, the pipeline and EMS.
+
+Ids 0-3 are `<pad> <unk> <s> </s>`; then one `<2xx>` token per language
+(seed 003's target-language tokens), never split.
+"""
+
+PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
+SPECIAL_PIECES = (PAD, UNK, BOS, EOS)
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(len(SPECIAL_PIECES))
+
+
+def language_token(language):
+    """The target-language token of seed 003, e.g. `<2de>`."""
+    return f"<2{language}>"
