@@ -54,7 +54,7 @@ def test_train_checkpoints_logs_and_exports_then_resumes(tmp_path, spm_model, qu
     np.testing.assert_array_equal(versioned, first_export)
     metadata = json.loads((export / "tf_msemb_export.json").read_text())
     assert metadata["training_step"] == 60 and metadata["embedding_dim"] == 32
-    assert metadata["objective"] == {"class": "TranslationRanking", "scale": 20.0, "margin": 0.0}
+    assert metadata["objective"] == {"class": "TranslationRanking", "scale": 20.0, "temperature": None, "margin": 0.0}
     assert metadata["tokenizer"]["class"] == "SentencePieceTokenizer"
     assert metadata["tokenizer"]["asset"] == os.path.basename(spm_model)
     assert metadata["encoder"]["config"]["num_layers"] == 1 and metadata["normalization"].startswith("l2")
@@ -159,7 +159,7 @@ def test_a_teacher_of_another_width_is_named(tmp_path, spm_model):
 def test_an_unknown_language_tag_is_named(tmp_path, spm_model):
     shards = _records(tmp_path / "c", 40, tgt_lang="xx")
     last = _error_line(run_train(tmp_path / "run", spm_model, shards, "train.objective = @EMS",
-                                 "make_dataset.languages = ['en', 'de']"))
+                                 "EMS.languages = ['en', 'de']"))
     assert "Unknown language tag 'xx'" in last and "knows de en" in last
 
 

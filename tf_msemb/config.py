@@ -6,6 +6,9 @@ import gin
 
 from tf_msemb import configurables  # noqa: F401  (registers every configurable)
 
+# Applied after the recipe and --gin_param. A fresh encoder becomes tiny; a
+# pretrained model (train.pretrained, a live teacher) keeps its size and
+# weights, only its input is cut to 32 tokens.
 SMOKE_BINDINGS = (
     "train.num_steps = 3",
     "train.global_batch_size = 8",
@@ -14,7 +17,12 @@ SMOKE_BINDINGS = (
     "SentenceEncoder.hidden_dim = 32",
     "SentenceEncoder.num_heads = 2",
     "SentenceEncoder.intermediate_dim = 64",
+    "SentencePieceTokenizer.max_length = 32",
+    "WordPieceTokenizer.max_length = 32",
+    "load_pretrained.max_length = 32",
+    "make_dataset.max_tokens = 32",
     "make_dataset.shuffle_buffer = 64",
+    "make_labeled_dataset.shuffle_buffer = 64",
 )
 
 
@@ -29,7 +37,11 @@ def parse_config(gin_files, gin_params, smoke=False):
         gin.add_config_file_search_path(os.path.dirname(os.path.abspath(path)))
     bindings = list(gin_params) + (list(SMOKE_BINDINGS) if smoke else [])
     try:
-        gin.parse_config_files_and_bindings(gin_files, bindings)
+        for path in gin_files:
+            gin.parse_config_file(path)
+        for binding in bindings:  # one at a time, so a malformed binding cannot swallow the next
+            gin.parse_config(binding)
+        gin.finalize()
     except Exception as e:  # gin raises many types (ValueError, TokenError, IOError, ...)
         message = " ".join(str(e).split())
         raise SystemExit(f"error: bad gin configuration: {message}") from None

@@ -32,12 +32,11 @@ Results are printed as a table; `--output` writes them as JSON.
 
 import json
 import os
-import sys
+
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 import numpy as np
-from absl import app
 from absl import flags
-from absl import logging
 
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
@@ -239,39 +238,34 @@ def format_table(results, scale=1.0):
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
-    try:
-        if FLAGS.task == "retrieval":
-            if not (FLAGS.pair or FLAGS.pool_pair or FLAGS.doc_pair):
-                raise CorpusError("retrieval needs --pair, --pool_pair or --doc_pair=SRC_FILE,TGT_FILE")
-            model = load_model(FLAGS.model)
-            results = evaluate_retrieval(model, FLAGS.pair, FLAGS.batch_size)
-            results |= evaluate_pool_retrieval(model, FLAGS.pool_pair, FLAGS.pool_distractors, FLAGS.index,
-                                               FLAGS.nprobe, FLAGS.batch_size)
-            results |= evaluate_documents(model, FLAGS.doc_pair, FLAGS.index, FLAGS.nprobe, FLAGS.batch_size)
-        elif FLAGS.task == "classify":
-            if not (FLAGS.classify_train and FLAGS.classify_test):
-                raise CorpusError("classify needs --classify_train=FILE and --classify_test=FILE")
-            results = evaluate_classification(load_model(FLAGS.model), FLAGS.classify_train, FLAGS.classify_test,
-                                              FLAGS.seeds, FLAGS.batch_size)
-        elif FLAGS.task == "mining":
-            train = (FLAGS.src_train, FLAGS.tgt_train, FLAGS.gold_train)
-            test = (FLAGS.src, FLAGS.tgt, FLAGS.gold)
-            if not all(train) or any(test) and not all(test):
-                raise CorpusError("mining needs --src_train, --tgt_train and --gold_train (and for a test split "
-                                  "all of --src, --tgt and --gold)")
-            test_spec = ",".join(test) if all(test) else None
-            results = evaluate_mining(load_model(FLAGS.model), ",".join(train), test_spec, FLAGS.knn,
-                                      FLAGS.margin, FLAGS.selection, FLAGS.batch_size, index=FLAGS.index,
-                                      nprobe=FLAGS.nprobe)
-        else:
-            sets = sts_sets(FLAGS.sts_tsv, FLAGS.stsb_dir, FLAGS.stsb_pair, FLAGS.split, FLAGS.semeval_dir)
-            if not sets:
-                raise CorpusError("sts needs --sts_tsv=FILE, --semeval_dir=DIR or --stsb_dir=DIR with --stsb_pair=L1-L2")
-            results = evaluate_sts(load_model(FLAGS.model), sets, FLAGS.batch_size, joined=FLAGS.joined)
-    except (CorpusError, FileNotFoundError) as e:
-        sys.exit(f"error: {e}")
+    if FLAGS.task == "retrieval":
+        if not (FLAGS.pair or FLAGS.pool_pair or FLAGS.doc_pair):
+            raise CorpusError("retrieval needs --pair, --pool_pair or --doc_pair=SRC_FILE,TGT_FILE")
+        model = load_model(FLAGS.model)
+        results = evaluate_retrieval(model, FLAGS.pair, FLAGS.batch_size)
+        results |= evaluate_pool_retrieval(model, FLAGS.pool_pair, FLAGS.pool_distractors, FLAGS.index,
+                                           FLAGS.nprobe, FLAGS.batch_size)
+        results |= evaluate_documents(model, FLAGS.doc_pair, FLAGS.index, FLAGS.nprobe, FLAGS.batch_size)
+    elif FLAGS.task == "classify":
+        if not (FLAGS.classify_train and FLAGS.classify_test):
+            raise CorpusError("classify needs --classify_train=FILE and --classify_test=FILE")
+        results = evaluate_classification(load_model(FLAGS.model), FLAGS.classify_train, FLAGS.classify_test,
+                                          FLAGS.seeds, FLAGS.batch_size)
+    elif FLAGS.task == "mining":
+        train = (FLAGS.src_train, FLAGS.tgt_train, FLAGS.gold_train)
+        test = (FLAGS.src, FLAGS.tgt, FLAGS.gold)
+        if not all(train) or any(test) and not all(test):
+            raise CorpusError("mining needs --src_train, --tgt_train and --gold_train (and for a test split "
+                              "all of --src, --tgt and --gold)")
+        test_spec = ",".join(test) if all(test) else None
+        results = evaluate_mining(load_model(FLAGS.model), ",".join(train), test_spec, FLAGS.knn,
+                                  FLAGS.margin, FLAGS.selection, FLAGS.batch_size, index=FLAGS.index,
+                                  nprobe=FLAGS.nprobe)
+    else:
+        sets = sts_sets(FLAGS.sts_tsv, FLAGS.stsb_dir, FLAGS.stsb_pair, FLAGS.split, FLAGS.semeval_dir)
+        if not sets:
+            raise CorpusError("sts needs --sts_tsv=FILE, --semeval_dir=DIR or --stsb_dir=DIR with --stsb_pair=L1-L2")
+        results = evaluate_sts(load_model(FLAGS.model), sets, FLAGS.batch_size, joined=FLAGS.joined)
     # Accuracies and P/R/F1 are fractions; correlations are already x100.
     print(format_table(results, scale=1.0 if FLAGS.task == "sts" else 100.0))
     if FLAGS.output:
@@ -280,4 +274,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -11,17 +11,15 @@ TPU) end the run with one `error: ...` line; `--verbosity=1` shows the
 traceback as well.
 """
 
-import sys
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-from absl import app
+import gin
 from absl import flags
-from absl import logging
 
 from tf_msemb.config import parse_config
-from tf_msemb.training.errors import one_line
-from tf_msemb.training.strategy import configured_strategy
 from tf_msemb.runtime import set_threads
 from tf_msemb.runtime import split_cpu
+from tf_msemb.training.strategy import make_strategy
 from tf_msemb.training.trainer import train
 
 flags.DEFINE_multi_string("gin_file", [], "Gin config files, applied in order.")
@@ -37,21 +35,15 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
     if FLAGS.cpu_devices:
         split_cpu(FLAGS.cpu_devices)
     parse_config(FLAGS.gin_file, FLAGS.gin_param, FLAGS.smoke)
-    try:
-        # Before gin builds the tokenizer: multi-worker collectives must be set up before any op runs.
-        train(FLAGS.model_dir, strategy=configured_strategy())
-    except Exception as e:  # noqa: BLE001 -- only errors `one_line` recognizes are shortened
-        message = one_line(e)
-        if message is None or FLAGS["verbosity"].present:
-            raise
-        raise SystemExit(f"error: {message}") from None
+    # The strategy named by `train.strategy` is built here, before gin builds the tokenizer (which
+    # runs ops): multi-worker collectives must be set up before any op runs.
+    kind = gin.get_bindings("train", resolve_references=False).get("strategy", "default")
+    train(FLAGS.model_dir, strategy=make_strategy(kind))
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    cli.run(main)

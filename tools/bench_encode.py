@@ -23,15 +23,16 @@ their side under torch's bfloat16 autocast (like for like with a
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
 import numpy as np
-from absl import app
 from absl import flags
 
+from child_process import run_json
 from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available
@@ -105,10 +106,7 @@ def _benchmark(work):
                f"--vectors={ours_vectors}", f"--intra_op_threads={FLAGS.intra_op_threads}",
                f"--inter_op_threads={FLAGS.inter_op_threads}"]
     command += [f"--input={path}" for path in FLAGS.input]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"error: encoding benchmark failed:\n{result.stderr[-2000:]}")
-    r = json.loads(result.stdout.strip().splitlines()[-1])
+    r = run_json(command, "encoding benchmark")
     rows = [("tf_msemb", r)]
     if FLAGS.peer and peer_available(FLAGS.peer_python):
         sentences_file = os.path.join(work, "sentences.txt")
@@ -145,4 +143,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

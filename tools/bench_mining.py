@@ -14,12 +14,14 @@ its own process, so its peak RSS is its own.
 
 import json
 import resource
-import subprocess
 import sys
 import time
 
-from absl import app
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
 from absl import flags
+
+from child_process import run_json
 
 flags.DEFINE_multi_integer("size", [100_000], "Sentences per side.")
 flags.DEFINE_multi_enum("index", ["exact", "ivf"], ["exact", "flat", "ivf", "ivfpq", "hnsw"], "Search kinds to time.")
@@ -87,10 +89,7 @@ def main(argv):
             command = [sys.executable, __file__, f"--child_size={n}", f"--child_index={index}", f"--dim={FLAGS.dim}",
                        f"--k={FLAGS.k}", f"--nprobe={FLAGS.nprobe}", f"--max_exact={FLAGS.max_exact}",
                        f"--exact_sample={FLAGS.exact_sample}", f"--recall_sample={FLAGS.recall_sample}"]
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                sys.exit(f"error: size {n} index {index} failed:\n{result.stderr[-2000:]}")
-            r = json.loads(result.stdout.strip().splitlines()[-1])
+            r = run_json(command, f"size {n} index {index}")
             seconds = f"{r['seconds']:.1f}" + (" est." if r["estimated"] else "")
             recall = f"{r['recall@1']:.3f}" if "recall@1" in r else "-"
             print(f"{n:>9} {index:<6} {seconds:>10} {r['sentences_per_second']:>12.0f} {recall:>9} "
@@ -98,4 +97,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

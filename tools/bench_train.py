@@ -21,13 +21,14 @@ language pairs), and the table adds its row and the ratio.
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 
-from absl import app
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
 from absl import flags
 
+from child_process import run_json
 from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available
@@ -54,7 +55,7 @@ def _variant_bindings(variant):
     if variant == "precomputed":
         return []
     if not FLAGS.live_corpus:
-        raise SystemExit("error: the live variant needs --live_corpus (records without teacher vectors)")
+        raise ValueError("the live variant needs --live_corpus (records without teacher vectors)")
     return [
         f"MultilingualDistillation.teacher = '{FLAGS.teacher}'",
         "MultilingualDistillation.teacher_dim = None",
@@ -127,10 +128,7 @@ def main(argv):
         command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}", f"--steps={FLAGS.steps}"]
         command += [f"--gin_file={f}" for f in FLAGS.gin_file]
         command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.exit(f"error: variant {variant} failed:\n{result.stderr[-2000:]}")
-        rows.append((variant, json.loads(result.stdout.strip().splitlines()[-1])))
+        rows.append((variant, run_json(command, f"variant {variant}")))
     if FLAGS.peer and peer_available(FLAGS.peer_python):
         with tempfile.TemporaryDirectory() as work:
             pairs = os.path.join(work, "pairs.jsonl")
@@ -153,4 +151,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -10,9 +10,8 @@ inference on padded batches instead of the real tokens only, and
 `--sub_batch_size` sets their length-sorted sub-batches (0: off).
 """
 
-import sys
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-from absl import app
 from absl import flags
 
 from tf_msemb.export.saved_model import export_saved_model
@@ -30,14 +29,11 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    try:
-        tokenizer, encoder = load_pretrained(FLAGS.model, max_length=FLAGS.max_length)
-    except (FileNotFoundError, ImportError) as e:
-        sys.exit(f"error: {e}")
+    tokenizer, encoder = load_pretrained(FLAGS.model, max_length=FLAGS.max_length)
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed)
     print(f"Exported SavedModel: {path}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

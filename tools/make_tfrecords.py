@@ -17,9 +17,8 @@ Empty and over-long lines are dropped and counted; the manifest
 `make_dataset.pretokenized = True` skips tokenization.
 """
 
-import sys
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-from absl import app
 from absl import flags
 
 from tf_msemb.text_files import CorpusError
@@ -72,12 +71,9 @@ def _tokenizer():
 
 def main(argv):
     del argv
-    try:
-        write_tfrecords(_sources(), FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
-                        tokenizer=_tokenizer())
-    except CorpusError as e:
-        sys.exit(f"error: {e}")
+    write_tfrecords(_sources(), FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
+                    tokenizer=_tokenizer())
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -15,13 +15,11 @@ in memory).
 """
 
 import os
-import sys
 
-from absl import app
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
 from absl import flags
-from absl import logging
 
-from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
 from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
@@ -56,24 +54,19 @@ def unique_lines(path):
 
 def main(argv):
     del argv
-    if not FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)
-    try:
-        export = resolve_export(FLAGS.model)
-        model = load_model(export)
-        cache_dir = FLAGS.cache_dir or os.path.join(os.path.dirname(os.path.abspath(FLAGS.output)), "mining_cache")
-        embeddings = []
-        for side, path in (("src", FLAGS.src), ("tgt", FLAGS.tgt)):
-            sentences = unique_lines(path)
-            print(f"{side}: {len(sentences)} distinct sentences in {path}")
-            cache = os.path.join(cache_dir, f"{os.path.basename(path)}.{FLAGS.dtype}.npy")
-            embeddings.append((sentences, cached_embeddings(model, sentences, cache, FLAGS.dtype, FLAGS.chunk_size,
-                                                            FLAGS.batch_size, model_id=os.path.abspath(export))))
-        (src, x), (tgt, y) = embeddings
-        pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index,
-                            chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes)
-    except (CorpusError, FileNotFoundError, ValueError) as e:
-        sys.exit(f"error: {e}")
+    export = resolve_export(FLAGS.model)
+    model = load_model(export)
+    cache_dir = FLAGS.cache_dir or os.path.join(os.path.dirname(os.path.abspath(FLAGS.output)), "mining_cache")
+    embeddings = []
+    for side, path in (("src", FLAGS.src), ("tgt", FLAGS.tgt)):
+        sentences = unique_lines(path)
+        print(f"{side}: {len(sentences)} distinct sentences in {path}")
+        cache = os.path.join(cache_dir, f"{os.path.basename(path)}.{FLAGS.dtype}.npy")
+        embeddings.append((sentences, cached_embeddings(model, sentences, cache, FLAGS.dtype, FLAGS.chunk_size,
+                                                        FLAGS.batch_size, model_id=os.path.abspath(export))))
+    (src, x), (tgt, y) = embeddings
+    pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index,
+                        chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes)
     with open(FLAGS.output, "w", encoding="utf-8") as f:
         for score, i, j in pairs:
             f.write(f"{score:.6f}\t{src[i].replace(chr(9), ' ')}\t{tgt[j].replace(chr(9), ' ')}\n")
@@ -81,4 +74,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -1,8 +1,9 @@
 """Running the sentence-transformers peer (`peer_sentence_transformers.py`) from the benchmark scripts."""
 
-import json
 import os
 import subprocess
+
+from child_process import run_json
 
 PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_sentence_transformers.py")
 
@@ -25,10 +26,7 @@ def packaged_minilm():
 
 def run_peer(python, mode, *args):
     """Runs the peer script in its own process; returns its JSON result."""
-    result = subprocess.run([python, PEER_SCRIPT, mode, *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"error: the sentence-transformers side failed:\n{result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json([python, PEER_SCRIPT, mode, *args], "the sentence-transformers side")
 
 
 def missing_note(python):

@@ -10,13 +10,11 @@ the same command after an interruption continues where it stopped. Point
 `MultilingualDistillation.teacher_dim` to the printed dimension.
 """
 
-import sys
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-from absl import app
 from absl import flags
 
 from tf_msemb.data.teacher_vectors import add_teacher_vectors
-from tf_msemb.text_files import CorpusError
 from tf_msemb.models.pretrained import load_pretrained
 
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher: a load_pretrained name, directory or keras-hub preset.")
@@ -29,15 +27,12 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    try:
-        tokenizer, encoder = load_pretrained(FLAGS.teacher)
-        manifest = add_teacher_vectors(
-            FLAGS.manifest, tokenizer, encoder, FLAGS.teacher, FLAGS.output_dir, FLAGS.batch_size
-        )
-    except (CorpusError, FileNotFoundError, ImportError) as e:
-        sys.exit(f"error: {e}")
+    tokenizer, encoder = load_pretrained(FLAGS.teacher)
+    manifest = add_teacher_vectors(
+        FLAGS.manifest, tokenizer, encoder, FLAGS.teacher, FLAGS.output_dir, FLAGS.batch_size
+    )
     print(f"Teacher vectors of dim {manifest['teacher']['dim']} added; manifest in {FLAGS.output_dir}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

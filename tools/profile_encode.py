@@ -20,10 +20,11 @@ stops at ragged ids, and only attention sees padding (reported separately).
 
 import time
 
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import app
 from absl import flags
 
 from tf_msemb.text_files import read_lines
@@ -97,4 +98,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -7,7 +7,8 @@ Writes `<model_prefix>.model` and `.vocab`; every language in `--languages`
 gets a `<2xx>` token that is never split.
 """
 
-from absl import app
+from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
 from absl import flags
 
 from tf_msemb.text.spm_training import train_sentencepiece
@@ -40,4 +41,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

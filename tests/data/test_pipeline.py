@@ -5,9 +5,10 @@ import tensorflow as tf
 
 from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.data.pipeline import make_distributed_dataset
-from tf_msemb.data.pipeline import stream_weights
+from tf_msemb.data.corpora import stream_weights
 from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import write_tfrecords
+from tf_msemb.data import features as F
 
 
 def _corpus(tmp_path, name, sizes, num_shards=2, long_every=0):
@@ -44,17 +45,17 @@ def test_batch_structure(tokenizer, quickstart_records):
 
 def test_overlong_pairs_are_dropped(tokenizer, tmp_path):
     corpus = _corpus(tmp_path, "c", {"de": 60}, long_every=3)
-    ds = make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, repeat=False, drop_remainder=False, include_text=True)
+    ds = make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, repeat=False, drop_remainder=False, features=[F.RawText()])
     targets = _targets(ds, 100)
     assert sorted(targets) == sorted(f"de{i}" for i in range(60) if i % 3)
 
 
 def test_language_pairs_are_balanced_by_default(tokenizer, tmp_path):
     corpus = _corpus(tmp_path, "c", {"de": 400, "fr": 20})
-    ds = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, include_text=True, shuffle_buffer=100)
+    ds = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, features=[F.RawText()], shuffle_buffer=100)
     counts = collections.Counter(t[:2] for t in _targets(ds, 20))
     assert abs(counts["de"] - counts["fr"]) < 0.15 * 1000
-    proportional = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, include_text=True, proportional=True)
+    proportional = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, features=[F.RawText()], proportional=True)
     counts = collections.Counter(t[:2] for t in _targets(proportional, 20))
     assert counts["fr"] < 0.1 * 1000
 
@@ -64,7 +65,7 @@ def test_configurable_weights(tokenizer, tmp_path):
     b = _corpus(tmp_path, "b", {"fr": 100})
     weights = stream_weights([a, b], corpus_weights={a: 3.0})
     assert [round(w, 3) for _, w in weights] == [0.75, 0.25]
-    ds = make_dataset([a, b], tokenizer, batch_size=50, max_tokens=48, include_text=True, corpus_weights={a: 3.0})
+    ds = make_dataset([a, b], tokenizer, batch_size=50, max_tokens=48, features=[F.RawText()], corpus_weights={a: 3.0})
     counts = collections.Counter(t[:2] for t in _targets(ds, 20))
     assert 0.68 < counts["de"] / 1000 < 0.82
     pair_weights = stream_weights([_corpus(tmp_path, "m", {"de": 10, "fr": 10})], pair_weights={"en-fr": 0.0})
@@ -75,7 +76,7 @@ def test_configurable_weights(tokenizer, tmp_path):
 
 def test_same_seed_same_batches(tokenizer, quickstart_records):
     def first(seed):
-        ds = make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48, seed=seed, include_text=True)
+        ds = make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48, seed=seed, features=[F.RawText()])
         return _targets(ds, 2)
 
     assert first(3) == first(3)
@@ -102,7 +103,7 @@ def test_input_sharding_splits_files(tokenizer, tmp_path):
     seen = []
     for pipeline_id in range(2):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline_id)
-        ds = make_dataset(corpus, tokenizer, batch_size=5, max_tokens=48, repeat=False, include_text=True, input_context=context)
+        ds = make_dataset(corpus, tokenizer, batch_size=5, max_tokens=48, repeat=False, features=[F.RawText()], input_context=context)
         seen.append(set(_targets(ds, 100)))
     assert not seen[0] & seen[1]
     assert seen[0] | seen[1] == {f"de{i}" for i in range(40)}
@@ -123,7 +124,7 @@ def test_input_sharding_by_record_when_files_are_few(tokenizer, tmp_path):
     seen = []
     for pipeline_id in range(3):
         context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=pipeline_id)
-        ds = make_dataset(corpus, tokenizer, batch_size=5, max_tokens=48, repeat=False, include_text=True,
+        ds = make_dataset(corpus, tokenizer, batch_size=5, max_tokens=48, repeat=False, features=[F.RawText()],
                           input_context=context, drop_remainder=False)
         seen.append(_targets(ds, 100))
     assert [len(s) for s in seen] == [10, 10, 10]
@@ -132,7 +133,7 @@ def test_input_sharding_by_record_when_files_are_few(tokenizer, tmp_path):
 
 def test_language_ids_are_the_ids_of_the_language_tokens(tokenizer, tmp_path):
     corpus = _corpus(tmp_path, "c", {"de": 30, "fr": 30})
-    ds = make_dataset(corpus, tokenizer, batch_size=16, max_tokens=48, include_text=True, language_ids=True)
+    ds = make_dataset(corpus, tokenizer, batch_size=16, max_tokens=48, features=[F.RawText(), F.LanguageIds()])
     batch = next(iter(ds))
     assert set(batch["src_lang_id"].numpy()) == {tokenizer.token_to_id("<2en>")}
     expected = [tokenizer.token_to_id(f"<2{t.decode()[:2]}>") for t in batch["tgt_text"].numpy()]
@@ -143,13 +144,13 @@ def test_language_ids_are_the_ids_of_the_language_tokens(tokenizer, tmp_path):
 def test_a_language_without_a_token_is_named(tokenizer, tmp_path):
     corpus = _corpus(tmp_path, "c", {"cs": 10})
     with pytest.raises(CorpusError, match=r"Language 'cs' has no <2cs> token .*--languages=cs,en"):
-        make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, language_ids=True)
+        make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, features=[F.LanguageIds()])
 
 
 def test_an_unknown_tag_in_the_records_is_named(tokenizer, tmp_path):
     _corpus(tmp_path, "c", {"fr": 10})
     shards = str(tmp_path / "c" / "c.en-fr.tfrecord-*")
-    ds = make_dataset(shards, tokenizer, batch_size=4, max_tokens=48, language_ids=True, languages=["en", "de"])
+    ds = make_dataset(shards, tokenizer, batch_size=4, max_tokens=48, features=[F.LanguageIds(["en", "de"])])
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Unknown language tag.*fr.*knows de en"):
         next(iter(ds))
 
@@ -158,7 +159,7 @@ def test_hard_negatives_come_as_a_third_token_axis(tokenizer, tmp_path):
     rows = [(f"source {i}", f"target {i}", f"wrong {i}", "another wrong one here") for i in range(12)]
     write_tfrecords([("en", "de", rows)], str(tmp_path / "h"), "h", 1, verbose=False)
     ds = make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
-                      num_hard_negatives=2, include_text=True, shuffle_buffer=0)
+                      features=[F.HardNegatives(2), F.RawText()], shuffle_buffer=0)
     batch = next(iter(ds))
     ids, mask = batch["hard_negatives"]["token_ids"].numpy(), batch["hard_negatives"]["padding_mask"].numpy()
     assert ids.shape[:2] == (4, 2) and ids.shape == mask.shape
@@ -170,26 +171,21 @@ def test_hard_negatives_come_as_a_third_token_axis(tokenizer, tmp_path):
     with pytest.raises(CorpusError, match=r"h\.en-de\.tfrecord-00000-of-00001 has 2 hard negatives per pair but "
                                           r"num_hard_negatives=3"):
         make_dataset(str(tmp_path / "h" / "h.manifest.json"), tokenizer, batch_size=4, max_tokens=48,
-                     num_hard_negatives=3)
+                     features=[F.HardNegatives(3)])
 
 
 def test_nli_batches_ride_along_for_multitask_objectives(tokenizer, quickstart_records, tmp_path,
                                                          two_device_strategy):
     import json
 
-    import gin
-
     rows = [{"sentence1": f"A man plays {i}.", "sentence2": "Someone plays.", "gold_label": "entailment"}
             for i in range(40)]
     (tmp_path / "nli.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    options = dict(tokenizer=tokenizer, corpora=[quickstart_records], max_tokens=48, nli_global_batch_size=6)
-    with pytest.raises(CorpusError, match="make_labeled_dataset.path"):
-        make_distributed_dataset(two_device_strategy, 8, **options)
-    gin.parse_config([f"make_labeled_dataset.path = '{tmp_path}/nli.jsonl'", "make_labeled_dataset.format = 'nli_jsonl'"])
-    try:
-        batch = next(iter(make_distributed_dataset(two_device_strategy, 8, **options)))
-    finally:
-        gin.clear_config()
+    with pytest.raises(CorpusError, match="DualMomentumContrast.nli_path"):
+        F.NliBatch(None, 6)
+    options = dict(tokenizer=tokenizer, corpora=[quickstart_records], max_tokens=48,
+                   features=[F.NliBatch(str(tmp_path / "nli.jsonl"), 6)])
+    batch = next(iter(make_distributed_dataset(two_device_strategy, 8, **options)))
     for replica in two_device_strategy.experimental_local_results(batch["nli"]["target"]):
         assert replica.shape == (3,) and set(replica.numpy()) == {0.0}
     for replica in two_device_strategy.experimental_local_results(batch["src"]["token_ids"]):
@@ -200,7 +196,7 @@ def test_pretokenized_records_give_the_same_batches(tokenizer, tmp_path):
     rows = [(f"Der Hund {i} läuft über die Wiese.", f"The dog {i} runs" + " fast" * (i % 7)) for i in range(60)]
     write_tfrecords([("de", "en", rows)], str(tmp_path / "p"), "p", 2, verbose=False, tokenizer=tokenizer)
     manifest = str(tmp_path / "p" / "p.manifest.json")
-    options = dict(batch_size=8, max_tokens=48, include_text=True, seed=5, repeat=False)
+    options = dict(batch_size=8, max_tokens=48, features=[F.RawText()], seed=5, repeat=False)
     text = list(make_dataset(manifest, tokenizer, **options))
     ids = list(make_dataset(manifest, tokenizer, pretokenized=True, **options))
     assert len(text) == len(ids) > 2
@@ -229,7 +225,7 @@ def test_length_buckets_keep_every_pair_and_cut_padding(tokenizer, tmp_path):
     rows = [(f"kurz {i}", f"short {i}" + " and much longer" * (i % 5)) for i in range(200)]
     write_tfrecords([("de", "en", rows)], str(tmp_path / "b"), "b", 2, verbose=False)
     manifest = str(tmp_path / "b" / "b.manifest.json")
-    options = dict(batch_size=10, max_tokens=48, include_text=True, repeat=False, drop_remainder=False)
+    options = dict(batch_size=10, max_tokens=48, features=[F.RawText()], repeat=False, drop_remainder=False)
 
     def stats(dataset):
         texts, padding = [], 0

@@ -7,6 +7,8 @@ from tf_msemb.data.records import find_corrupt_shard
 from tf_msemb.data.records import make_example
 from tf_msemb.data.records import parse_examples
 from tf_msemb.text_files import CorpusError
+from tf_msemb.data.features import HardNegatives
+from tf_msemb.data.features import TeacherVectors
 
 
 def test_round_trip_with_optional_fields():
@@ -16,7 +18,7 @@ def test_round_trip_with_optional_fields():
             make_example("Ça va ?", "How are you?", "fr", "en", teacher=[2.0, 3.0], hard_negatives=["a", "b"]),
         ]
     )
-    parsed = parse_examples(records, teacher_dim=2, num_hard_negatives=2)
+    parsed = parse_examples(records, [TeacherVectors(2), HardNegatives(2)])
     assert parsed["src"].numpy().tolist() == ["Hallo".encode(), "Ça va ?".encode()]
     assert parsed["tgt_lang"].numpy().tolist() == [b"en", b"en"]
     np.testing.assert_allclose(parsed["teacher"].numpy(), [[0.5, -1.0], [2.0, 3.0]])
@@ -30,7 +32,7 @@ def test_optional_fields_are_ignored_unless_asked():
 
 def test_teacher_dimension_mismatch_fails():
     with pytest.raises(tf.errors.InvalidArgumentError):
-        parse_examples(tf.constant([make_example("a", "b", "x", "y", teacher=[1.0, 2.0, 3.0])]), teacher_dim=2)
+        parse_examples(tf.constant([make_example("a", "b", "x", "y", teacher=[1.0, 2.0, 3.0])]), [TeacherVectors(2)])
 
 
 def _write(path, examples):
@@ -44,11 +46,11 @@ def test_shard_check_names_missing_fields_and_teacher_width(tmp_path):
     plain = _write(tmp_path / "plain.tfrecord", [make_example("a", "b", "en", "de")])
     wide = _write(tmp_path / "wide.tfrecord", [make_example("a", "b", "en", "de", teacher=[0.5] * 8)])
     check_shards([plain, wide])
-    check_shards([wide], teacher_dim=8)
+    check_shards([wide], [TeacherVectors(8)])
     with pytest.raises(CorpusError, match=r"plain\.tfrecord lacks the field\(s\) teacher"):
-        check_shards([wide, plain], teacher_dim=8)
+        check_shards([wide, plain], [TeacherVectors(8)])
     with pytest.raises(CorpusError, match=r"wide\.tfrecord holds teacher vectors of 8 values .* teacher_dim=384"):
-        check_shards([wide], teacher_dim=384)
+        check_shards([wide], [TeacherVectors(384)])
     no_tags = tf.train.Example(features=tf.train.Features(feature={
         "src": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"a"]))})).SerializeToString()
     with pytest.raises(CorpusError, match=r"lacks the field\(s\) tgt, src_lang, tgt_lang"):

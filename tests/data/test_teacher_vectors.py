@@ -10,6 +10,7 @@ from tf_msemb.data.records import parse_examples
 from tf_msemb.data.teacher_vectors import add_teacher_vectors
 from tf_msemb.text_files import CorpusError
 from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.data.features import TeacherVectors
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def test_vectors_are_the_teachers_and_the_run_resumes(tiny_teacher, quickstart_r
 
     shard = out / manifest["pairs"]["en-de"]["files"][0]
     records = tf.constant(list(tf.data.TFRecordDataset(str(shard)).as_numpy_iterator()))
-    parsed = parse_examples(records, teacher_dim=8)
+    parsed = parse_examples(records, [TeacherVectors(8)])
     expected = encoder(tokenizer(parsed["src"])).numpy()
     np.testing.assert_allclose(parsed["teacher"].numpy(), expected, atol=1e-5)
 
@@ -40,7 +41,7 @@ def test_vectors_are_the_teachers_and_the_run_resumes(tiny_teacher, quickstart_r
     assert shard.exists() and os.path.getmtime(kept) == kept_mtime
     assert not any(name.endswith(".partial") for name in os.listdir(out))
 
-    batch = next(iter(make_dataset([str(out / "qs.manifest.json")], tokenizer, 4, max_tokens=48, teacher_dim=8)))
+    batch = next(iter(make_dataset([str(out / "qs.manifest.json")], tokenizer, 4, max_tokens=48, features=[TeacherVectors(8)])))
     assert batch["teacher"].shape == (4, 8)
 
 

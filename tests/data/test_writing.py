@@ -9,6 +9,7 @@ from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords
+from tf_msemb.data.features import HardNegatives
 
 
 def _write(path, lines, gz=False):
@@ -82,7 +83,7 @@ def test_tsv_with_hard_negatives(tmp_path):
     manifest = write_tfrecords(tsv_pairs(path, "de", "en"), str(tmp_path / "o"), "p", 1, verbose=False)
     files = [str(tmp_path / "o" / f) for f in manifest["pairs"]["de-en"]["files"]]
     records = tf.constant(list(tf.data.TFRecordDataset(files).as_numpy_iterator()))
-    parsed = parse_examples(records, num_hard_negatives=2)
+    parsed = parse_examples(records, [HardNegatives(2)])
     assert parsed["hard_negatives"].numpy().tolist() == [[b"Hi", b"Bye"], [b"Thank", b"No"]]
     bad = _write(tmp_path / "bad.tsv", ["only one field"])
     with pytest.raises(CorpusError, match=r"bad\.tsv:1"):

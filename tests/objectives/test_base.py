@@ -15,7 +15,7 @@ CASES = [
     (TranslationRanking, dict(scale=10.0, margin=0.1)),
     (BidirectionalDualEncoder, dict(scale=20.0, margin=0.3, num_hard_negatives=2, length_penalty=0.01)),
     (DualMomentumContrast, dict(separate_encoders=True, momentum=0.9, queue_size=32, temperature=0.05,
-                                in_batch_negatives=True, nli_weight=0.1, nli_batch_size=8, nli_hidden=16,
+                                in_batch_negatives=True, nli_weight=0.1, nli_path="nli.jsonl", nli_batch_size=8, nli_hidden=16,
                                 nli_dropout=0.2)),
     (EMS, dict(xtr=True, language_embedding=False, language_dim=8, contrastive="ams", contrastive_mlp=True,
                contrastive_dim=8, temperature=0.2, margin=0.2, special_ids=[0, 1])),
@@ -38,3 +38,23 @@ def test_config_round_trip(cls, options):
     assert clone.get_config() == config
     assert clone.encoder is not model.encoder
     assert [m.name for m in clone.metrics] == [m.name for m in model.metrics]
+
+
+def test_report_pairs_values_with_trackers_by_name():
+    encoder = SentenceEncoder(vocabulary_size=40, max_sequence_length=8, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=16)
+    model = TranslationRanking(encoder)
+    logs = model.report(accuracy=0.25, loss=2.0)  # any order
+    assert {name: float(value) for name, value in logs.items()} == {"loss": 2.0, "accuracy": 0.25}
+    with pytest.raises(ValueError, match=r"reports \['loss'\] but tracks \['accuracy', 'loss'\]"):
+        model.report(loss=1.0)
+    with pytest.raises(ValueError, match="reports"):
+        model.report(loss=1.0, accuracy=0.5, recall=0.1)
+
+
+def test_options_are_the_constructors_own_arguments():
+    encoder = SentenceEncoder(vocabulary_size=40, max_sequence_length=8, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=16)
+    model = BidirectionalDualEncoder(encoder, margin=0.2, name="bide")
+    assert model.options == {"scale": 20.0, "temperature": None, "margin": 0.2, "num_hard_negatives": 0,
+                             "length_penalty": 0.0}

@@ -11,6 +11,7 @@ from tf_msemb.losses.length_penalty import embedding_length_penalty
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.bidirectional_dual_encoder import BidirectionalDualEncoder
+from tf_msemb.data.features import HardNegatives
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48)
 POOLING = dict(pooling=["max", "mean", "first", "attention"], pooled_dim=12)
@@ -45,8 +46,8 @@ def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs():
     expected += embedding_length_penalty(tf.concat([raw_x, raw_y], 0), 0.5)
     assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
     assert float(logs["length_penalty"]) > 0
-    assert model.data_options() == {"num_hard_negatives": 2}
-    assert _model(50, "sgd").data_options() == {}
+    assert [(type(f), f.count) for f in model.input_features] == [(HardNegatives, 2)]
+    assert _model(50, "sgd").input_features == []
 
 
 @pytest.mark.parametrize("hard", [0, 2])
@@ -69,7 +70,7 @@ def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path):
     write_tfrecords([("en", "de", rows)], str(tmp_path), "hard", 2, verbose=False)
     model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3), num_hard_negatives=2, length_penalty=0.01)
     data = iter(make_dataset(str(tmp_path / "hard.manifest.json"), tokenizer, batch_size=16, max_tokens=48,
-                             **model.data_options()))
+                             features=model.input_features))
     step = tf.function(model.train_step, reduce_retracing=True)
     losses = []
     for _ in range(60):

@@ -8,6 +8,7 @@ from objectives.replica_check import random_tokens
 from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
+from tf_msemb.data.features import NliBatch
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48)
 
@@ -114,10 +115,12 @@ def _nli_batch(rng, batch=8):
 def test_nli_multitask_adds_alpha_times_the_head_cross_entropy():
     from tf_msemb.losses.siamese import pair_features
 
-    options = dict(queue_size=8, in_batch_negatives=True, temperature=0.1, nli_weight=0.1, nli_dropout=0.0)
+    options = dict(queue_size=8, in_batch_negatives=True, temperature=0.1, nli_weight=0.1, nli_path="nli.jsonl",
+                   nli_dropout=0.0)
     plain = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, **options | {"nli_weight": 0.0})
     model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, **options)
-    assert model.data_options() == {"nli_global_batch_size": 128} and plain.data_options() == {}
+    assert [(type(f), f.path, f.global_batch_size) for f in model.input_features] == [(NliBatch, "nli.jsonl", 128)]
+    assert plain.input_features == []
     rng = np.random.default_rng(3)
     data = _batch(rng) | {"nli": _nli_batch(rng)}
     logs = model.train_step(data)

@@ -11,6 +11,7 @@ from tf_msemb.losses.xtr import bag_of_tokens
 from tf_msemb.losses.xtr import bidirectional_xtr_loss
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.ems import EMS
+from tf_msemb.data.features import LanguageIds
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48)
 VOCABULARY = 50
@@ -87,7 +88,7 @@ def test_each_ablation_computes_its_parts_of_the_joint_loss(name):
     else:
         assert float(logs["contrastive_loss"]) == 0.0
     assert float(logs["loss"]) == pytest.approx(float(logs["xtr_loss"]) + float(logs["contrastive_loss"]), rel=1e-6)
-    assert model.data_options() == ({"language_ids": True} if language else {})
+    assert [type(f) for f in model.input_features] == ([LanguageIds] if language else [])
 
 
 def test_bad_switches_are_refused():
@@ -107,7 +108,7 @@ def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy,
 
 def test_loss_falls_on_real_pairs_with_language_tokens(tokenizer, quickstart_records):
     model = _model(keras.optimizers.Adam(3e-3), vocabulary_size=tokenizer.vocabulary_size)
-    data = iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48, **model.data_options()))
+    data = iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48, features=model.input_features))
     step = tf.function(model.train_step, reduce_retracing=True)
     logs = []
     for _ in range(60):

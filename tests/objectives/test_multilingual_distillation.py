@@ -8,6 +8,7 @@ from tf_msemb.data.teacher_vectors import add_teacher_vectors
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.objectives import multilingual_distillation as md
+from tf_msemb.data.features import TeacherVectors
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48, dropout=0.0)
 
@@ -37,8 +38,8 @@ def test_precomputed_teacher_with_projection(tokenizer, teacher, quickstart_reco
     add_teacher_vectors(quickstart_records, *teacher, "tiny", str(tmp_path / "t"), verbose=False)
     student = SentenceEncoder(tokenizer.vocabulary_size, **TINY)
     model = _compile(md.MultilingualDistillation(student, teacher_dim=12))
-    assert isinstance(model.encoder, ProjectedEncoder) and model.data_options() == {"teacher_dim": 12}
-    dataset = make_dataset([str(tmp_path / "t" / "qs.manifest.json")], tokenizer, 16, max_tokens=48, **model.data_options())
+    assert isinstance(model.encoder, ProjectedEncoder) and [(type(f), f.dim) for f in model.input_features] == [(TeacherVectors, 12)]
+    dataset = make_dataset([str(tmp_path / "t" / "qs.manifest.json")], tokenizer, 16, max_tokens=48, features=model.input_features)
     losses = _train(model, dataset, 60)
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5])
     assert model.encoder(tokenizer(tf.constant(["Hallo"]))).shape == (1, 12)
@@ -51,7 +52,7 @@ def test_live_teacher_stays_frozen_and_matches_precomputed_loss(tokenizer, teach
     assert model.teacher_dim == 12 and model.encoder is student
     assert not model.teacher.trainable_variables and len(model.trainable_variables) == len(student.trainable_variables)
     before = [w.numpy().copy() for w in teacher[1].weights]
-    dataset = make_dataset([quickstart_records], tokenizer, 8, max_tokens=48, **model.data_options())
+    dataset = make_dataset([quickstart_records], tokenizer, 8, max_tokens=48, features=model.input_features)
     batch = next(iter(dataset))
     # The live teacher sees its own tokens of `src`; here they equal the student's.
     np.testing.assert_array_equal(batch["teacher_src"]["token_ids"], batch["src"]["token_ids"])

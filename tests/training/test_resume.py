@@ -28,7 +28,7 @@ STEPS = 16
 OBJECTIVES = {
     "momentum_contrast": ["train.objective = @DualMomentumContrast", "DualMomentumContrast.queue_size = 48",
                           "DualMomentumContrast.in_batch_negatives = True", "DualMomentumContrast.momentum = 0.9"],
-    "ema_teacher": ["train.objective = @EMATeacherDistillation", f"EMATeacherDistillation.total_steps = {STEPS}",
+    "ema_teacher": ["train.objective = @EMATeacherDistillation",
                     "EMATeacherDistillation.tau_base = 0.9"],
 }
 

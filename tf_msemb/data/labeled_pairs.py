@@ -101,24 +101,6 @@ def read_nli_jsonl(path):
     return first, second, np.array(labels, np.int64)
 
 
-def load_nli_tfds(name="snli", split="train", data_dir=None):
-    """SNLI / MultiNLI through TensorFlow Datasets (downloads unless `data_dir` holds it).
-
-    TFDS labels are already 0 entailment, 1 neutral, 2 contradiction; -1 rows are skipped.
-    """
-    import tensorflow_datasets as tfds
-
-    dataset = tfds.load(name, split=split, data_dir=data_dir, download=data_dir is None)
-    first, second, labels = [], [], []
-    for row in tfds.as_numpy(dataset):
-        if row["label"] < 0:
-            continue
-        first.append(row["premise"].decode("utf-8"))
-        second.append(row["hypothesis"].decode("utf-8"))
-        labels.append(int(row["label"]))
-    return first, second, np.array(labels, np.int64)
-
-
 READERS = {"stsb_tsv": read_stsb_tsv, "stsb_csv": read_stsb_csv, "nli_jsonl": read_nli_jsonl}
 
 
@@ -158,8 +140,16 @@ def make_labeled_dataset(
     return dataset.batch(batch_size, drop_remainder=True).map(tokenize).prefetch(tf.data.AUTOTUNE)
 
 
-def make_distributed_labeled_dataset(strategy, global_batch_size, **kwargs):
-    """`make_labeled_dataset` under a strategy (per-replica batches)."""
+def make_distributed_labeled_dataset(strategy, global_batch_size, features=(), **kwargs):
+    """`make_labeled_dataset` under a strategy (per-replica batches).
+
+    Labeled pairs carry no translation-pair features; an objective that
+    declares some needs `make_distributed_dataset`.
+    """
+    if features:
+        names = ", ".join(type(feature).__name__ for feature in features)
+        raise ValueError(f"Labeled-pair batches cannot carry {names}; set train.dataset_fn = "
+                         "@make_distributed_dataset for this objective.")
 
     def dataset_fn(input_context):
         per_replica = input_context.get_per_replica_batch_size(global_batch_size)

@@ -42,59 +42,37 @@ def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
-def feature_spec(teacher_dim=None, num_hard_negatives=None, token_ids=False):
-    """Parsing spec; optional fields are read only when asked for.
+def parse_examples(serialized, features=()):
+    """Parses a 1-D batch of serialized examples into a dict of tensors.
 
-    `teacher_dim` makes `teacher` a required fixed-size float vector;
-    `num_hard_negatives` makes `hard_negatives` a required list of that length;
-    `token_ids` reads `src_ids`/`tgt_ids` as ragged int64 lists.
+    The text fields are always read; `features` (`data.features.InputFeature`s)
+    add the record fields they need, which are then required.
     """
     spec = {name: tf.io.FixedLenFeature([], tf.string) for name in TEXT_FIELDS}
-    if token_ids:
-        spec.update(src_ids=tf.io.RaggedFeature(tf.int64), tgt_ids=tf.io.RaggedFeature(tf.int64))
-    if teacher_dim is not None:
-        spec["teacher"] = tf.io.FixedLenFeature([teacher_dim], tf.float32)
-    if num_hard_negatives is not None:
-        spec["hard_negatives"] = tf.io.FixedLenFeature([num_hard_negatives], tf.string)
-    return spec
+    for feature in features:
+        spec.update(feature.record_spec())
+    return tf.io.parse_example(serialized, spec)
 
 
-def parse_examples(serialized, teacher_dim=None, num_hard_negatives=None, token_ids=False):
-    """Parses a 1-D batch of serialized examples into a dict of tensors."""
-    return tf.io.parse_example(serialized, feature_spec(teacher_dim, num_hard_negatives, token_ids))
-
-
-def _record_problem(serialized, teacher_dim, num_hard_negatives, token_ids=False):
-    """What is wrong with one serialized pair for the requested spec, or None."""
+def record_problem(serialized, features=()):
+    """What is wrong with one serialized pair for `features`, or None."""
     try:
-        features = tf.train.Example.FromString(serialized).features.feature
+        fields = tf.train.Example.FromString(serialized).features.feature
     except Exception:  # protobuf's DecodeError is not exported under a stable name
         return "is not a serialized tf.train.Example"
-    missing = [name for name in TEXT_FIELDS if name not in features]
-    if teacher_dim is not None and "teacher" not in features:
-        missing.append("teacher")
-    if num_hard_negatives and "hard_negatives" not in features:
-        missing.append("hard_negatives")
-    if token_ids:
-        missing += [name for name in ("src_ids", "tgt_ids") if name not in features]
+    required = list(TEXT_FIELDS) + [name for feature in features for name in feature.record_spec()]
+    missing = [name for name in required if name not in fields]
     if missing:
         return f"lacks the field(s) {', '.join(missing)}"
-    if teacher_dim is not None:
-        size = len(features["teacher"].float_list.value)
-        if size != teacher_dim:
-            return f"holds teacher vectors of {size} values but the objective expects teacher_dim={teacher_dim}"
-    if num_hard_negatives:
-        size = len(features["hard_negatives"].bytes_list.value)
-        if size != num_hard_negatives:
-            return f"has {size} hard negatives per pair but num_hard_negatives={num_hard_negatives}"
-    return None
+    return next((problem for feature in features if (problem := feature.check_record(fields))), None)
 
 
-def check_shards(files, teacher_dim=None, num_hard_negatives=None, token_ids=False):
+def check_shards(files, features=()):
     """Reads the first record of every shard and raises `CorpusError` naming the first bad one.
 
     Catches shards that are not TFRecords, records without a required
-    field, and teacher vectors of another width before training starts.
+    field, and fields of the wrong size (e.g. teacher vectors of another
+    width) before training starts.
     """
     for path in files:
         try:
@@ -103,7 +81,7 @@ def check_shards(files, teacher_dim=None, num_hard_negatives=None, token_ids=Fal
             raise CorpusError(f"Corrupt TFRecord shard {path}: {data_loss_reason(e)}") from None
         if first is None:
             continue
-        problem = _record_problem(first.numpy(), teacher_dim, num_hard_negatives, token_ids)
+        problem = record_problem(first.numpy(), features)
         if problem:
             raise CorpusError(f"TFRecord shard {path} {problem}.")
 

@@ -1,4 +1,7 @@
-"""`Objective`: what every training objective shares (metrics, the gradient step, config)."""
+"""`Objective`: what every training objective shares (run facts, inputs, exports, metrics, the gradient step, config)."""
+
+import dataclasses
+import inspect
 
 import keras
 import tensorflow as tf
@@ -6,39 +9,83 @@ import tensorflow as tf
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.objectives.cross_replica import num_replicas
 
+_NOT_OPTIONS = ("self", "encoder", "run")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What the trainer knows about the run, handed to the objective it builds.
+
+    Args:
+        tokenizer: the student's tokenizer (exports carry it).
+        total_steps: optimizer steps of the whole run (`train.num_steps`).
+        global_batch_size: pairs per step over all replicas.
+    """
+
+    tokenizer: object = None
+    total_steps: int = None
+    global_batch_size: int = None
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
 
 class Objective(keras.Model):
     """A `keras.Model` around a sentence encoder whose `train_step` implements one method.
 
-    Subclasses set `self.options` (their constructor arguments other than
-    `encoder`, for `get_config` and the export's metadata), create their
-    trackers with `add_trackers`, and inside `train_step` compute a loss
-    under a `tf.GradientTape`, turn it into the value to differentiate with
-    `loss_to_minimize` (still inside the tape) and step with `minimize`.
+    A subclass declares the batch fields it needs beyond `src`/`tgt` tokens
+    (`input_features`), the encoders a run exports (`exports`), creates its
+    metrics with `add_trackers`, and inside `train_step` computes a loss under
+    a `tf.GradientTape`, turns it into the value to differentiate with
+    `loss_to_minimize` (still inside the tape), steps with `minimize` and
+    returns `report(name=value, ...)`. Its constructor arguments other than
+    the encoder are its `options` (config and export metadata), read from
+    the call itself, so no subclass lists them again.
 
     Args:
         encoder: tokens -> `[b, d]` (the model exported after training).
+        run: the trainer's `RunFacts` (None outside the trainer, e.g. in tests).
     """
 
-    def __init__(self, encoder, **kwargs):
+    def __new__(cls, *args, **kwargs):
+        instance = super().__new__(cls, *args, **kwargs)
+        signature = inspect.signature(cls.__init__)
+        arguments = signature.bind(None, *args, **kwargs)
+        arguments.apply_defaults()
+        instance._constructor_options = {
+            name: _plain(value) for name, value in arguments.arguments.items()
+            if name not in _NOT_OPTIONS and signature.parameters[name].kind is not inspect.Parameter.VAR_KEYWORD
+        }
+        return instance
+
+    def __init__(self, encoder, run=None, **kwargs):
         super().__init__(**kwargs)
         self.encoder = encoder
-        self.options = {}
+        self.run = run or RunFacts()
         self._trackers = []
 
+    @property
+    def options(self):
+        """The constructor's own arguments other than `encoder` and `run` (Keras' `**kwargs` excluded)."""
+        return dict(self._constructor_options)
+
+    @property
+    def input_features(self):
+        """`data.features.InputFeature`s the batches must carry beyond `src`/`tgt` tokens (none by default)."""
+        return []
+
+    def exports(self):
+        """`{name: (tokenizer, encoder)}` of the models a run exports; `"encoder"` is the main one."""
+        return {"encoder": (self.run.tokenizer, self.encoder)}
+
     def add_trackers(self, *names):
-        """Running means reported by `train_step`, in this order."""
-        trackers = [keras.metrics.Mean(name=name) for name in names]
-        self._trackers = self._trackers + trackers
-        return trackers
+        """Running means that `report` updates by name."""
+        self._trackers = self._trackers + [keras.metrics.Mean(name=name) for name in names]
 
     @property
     def metrics(self):
         return list(self._trackers)
-
-    def data_options(self):
-        """Extra fields the input pipeline must put into each batch (none by default)."""
-        return {}
 
     def build(self, inputs_shape=None):
         ensure_built(self.encoder)
@@ -61,10 +108,17 @@ class Objective(keras.Model):
         variables = self.trainable_variables if variables is None else variables
         self.optimizer.apply(tape.gradient(scaled_loss, variables), variables)
 
-    def report(self, *values):
-        """Updates the trackers with this step's values and returns every tracker's result."""
-        for tracker, value in zip(self._trackers, values):
-            tracker.update_state(value)
+    def report(self, **values):
+        """Updates each tracker with the value of its name and returns every tracker's result.
+
+        Every tracker needs a value and every value a tracker, so a metric
+        can neither go missing nor land under another name.
+        """
+        names = [tracker.name for tracker in self._trackers]
+        if sorted(values) != sorted(names):
+            raise ValueError(f"{type(self).__name__} reports {sorted(values)} but tracks {sorted(names)}.")
+        for tracker in self._trackers:
+            tracker.update_state(values[tracker.name])
         return {tracker.name: tracker.result() for tracker in self._trackers}
 
     def get_config(self):

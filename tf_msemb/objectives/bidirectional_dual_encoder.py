@@ -3,6 +3,7 @@
 import gin
 import tensorflow as tf
 
+from tf_msemb.data.features import HardNegatives
 from tf_msemb.losses.length_penalty import embedding_length_penalty
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
 from tf_msemb.models.encoder import l2_normalize
@@ -34,12 +35,12 @@ class BidirectionalDualEncoder(TranslationRanking):
         super().__init__(encoder, scale=scale, temperature=temperature, margin=margin, **kwargs)
         self.num_hard_negatives = num_hard_negatives
         self.length_penalty = length_penalty
-        self.options = dict(self.options, num_hard_negatives=num_hard_negatives, length_penalty=length_penalty)
         self.add_trackers("length_penalty")
 
-    def data_options(self):
+    @property
+    def input_features(self):
         """Hard negatives as `[b, h, length]` tokens when `num_hard_negatives > 0`."""
-        return {"num_hard_negatives": self.num_hard_negatives} if self.num_hard_negatives else {}
+        return [HardNegatives(self.num_hard_negatives)] if self.num_hard_negatives else []
 
     def _hard_negatives(self, tokens):
         """`[b, h, l]` tokens -> `[b * h, d]` raw embeddings."""
@@ -62,4 +63,4 @@ class BidirectionalDualEncoder(TranslationRanking):
             loss = ranking + penalty
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss)
-        return self.report(loss, accuracy(x, gathered[1], labels), penalty)
+        return self.report(loss=loss, accuracy=accuracy(x, gathered[1], labels), length_penalty=penalty)

@@ -4,6 +4,7 @@ import gin
 import keras
 import tensorflow as tf
 
+from tf_msemb.data.features import NliBatch
 from tf_msemb.losses.momentum_contrast import symmetric_queue_loss
 from tf_msemb.losses.siamese import nli_softmax_loss
 from tf_msemb.losses.siamese import pair_features
@@ -12,7 +13,8 @@ from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
-from tf_msemb.objectives.ema_teacher_distillation import clone_as_state
+from tf_msemb.objectives.momentum import momentum_copy
+from tf_msemb.objectives.momentum import momentum_update
 
 
 @gin.configurable(denylist=["encoder"])
@@ -26,7 +28,8 @@ class DualMomentumContrast(Objective):
     the global batch's keys replace the oldest queue entries. Keys and
     queues get no gradient; momentum encoders run without dropout. Queues,
     their pointer and fill count are `keras.Variable`s, so checkpoints hold
-    them. Only the base encoder(s) are exported.
+    them. The base encoder(s) are exported: `encoder`, and `target` with
+    separate encoders.
 
     Args:
         encoder: the base encoder of the source side (and of both sides
@@ -40,22 +43,20 @@ class DualMomentumContrast(Objective):
         in_batch_negatives: also use the other keys of the global batch as
             negatives (not in the paper; useful while the queue fills).
         nli_weight: alpha of the NLI multi-task loss (Appendix B Eq. 5;
-            0.1 in the paper, 0 for none). Batches then carry `nli`
-            (`make_labeled_dataset` with `format = "nli_jsonl"`).
+            0.1 in the paper, 0 for none). Batches then carry `nli`, read
+            from `nli_path` (SNLI / MultiNLI jsonl, `NliBatch`).
+        nli_path: the NLI training file.
         nli_batch_size: global NLI batch (128 in the paper).
         nli_hidden, nli_dropout: the NLI head's hidden layer (256, ReLU) and
             its dropout (0.1); the head classifies `(u, v, |u - v|)` 3 ways.
     """
 
     def __init__(self, encoder, separate_encoders=False, momentum=0.999, queue_size=65_536, temperature=0.04,
-                 in_batch_negatives=False, nli_weight=0.0, nli_batch_size=128, nli_hidden=256, nli_dropout=0.1,
-                 **kwargs):
+                 in_batch_negatives=False, nli_weight=0.0, nli_path=None, nli_batch_size=128, nli_hidden=256,
+                 nli_dropout=0.1, **kwargs):
         super().__init__(ensure_built(encoder), **kwargs)
         if queue_size < 0 or (queue_size == 0 and not in_batch_negatives):
             raise ValueError(f"queue_size={queue_size} leaves no negatives; use a positive size or in_batch_negatives.")
-        self.options = dict(separate_encoders=separate_encoders, momentum=momentum, queue_size=queue_size,
-                            temperature=temperature, in_batch_negatives=in_batch_negatives, nli_weight=nli_weight,
-                            nli_batch_size=nli_batch_size, nli_hidden=nli_hidden, nli_dropout=nli_dropout)
         self.separate_encoders = separate_encoders
         self.target_encoder = (
             ensure_built(encoder.__class__.from_config(encoder.get_config())) if separate_encoders else encoder
@@ -64,16 +65,10 @@ class DualMomentumContrast(Objective):
         self.queue_size = queue_size
         self.temperature = temperature
         self.in_batch_negatives = in_batch_negatives
-        self.momentum_encoder = clone_as_state(self.encoder)
+        self.momentum_encoder = momentum_copy(self.encoder)
         self.target_momentum_encoder = (
-            clone_as_state(self.target_encoder) if separate_encoders else self.momentum_encoder
+            momentum_copy(self.target_encoder) if separate_encoders else self.momentum_encoder
         )
-        self._momentum_pairs = [
-            (m, b)
-            for base, copy in self._encoder_pairs()
-            for m, b in zip(copy.weights, base.weights)
-            if "float" in str(b.dtype)
-        ]
         dim = encoder.output_dim
         state = dict(trainable=False, aggregation="only_first_replica")
         self.queue_x = keras.Variable("zeros", shape=(queue_size, dim), dtype="float32", name="queue_x", **state)
@@ -81,6 +76,7 @@ class DualMomentumContrast(Objective):
         self.queue_pointer = keras.Variable(0, dtype="int32", name="queue_pointer", **state)
         self.queue_filled = keras.Variable(0, dtype="int32", name="queue_filled", **state)
         self.nli_weight = nli_weight
+        self.nli_path = nli_path
         self.nli_batch_size = nli_batch_size
         if nli_weight:
             self.nli_head = keras.Sequential(
@@ -94,15 +90,17 @@ class DualMomentumContrast(Objective):
             self.nli_head.build((None, 3 * dim))
         self.add_trackers("loss", "accuracy", *(["nli_loss"] if nli_weight else []))
 
-    def _encoder_pairs(self):
-        pairs = [(self.encoder, self.momentum_encoder)]
-        if self.separate_encoders:
-            pairs.append((self.target_encoder, self.target_momentum_encoder))
-        return pairs
-
-    def data_options(self):
+    @property
+    def input_features(self):
         """An NLI batch beside the translation pairs when the multi-task head is on."""
-        return {"nli_global_batch_size": self.nli_batch_size} if self.nli_weight else {}
+        return [NliBatch(self.nli_path, self.nli_batch_size)] if self.nli_weight else []
+
+    def exports(self):
+        """The source-side base encoder; with separate encoders also the target side's, as `target`."""
+        exports = super().exports()
+        if self.separate_encoders:
+            exports["target"] = (self.run.tokenizer, self.target_encoder)
+        return exports
 
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
@@ -135,8 +133,10 @@ class DualMomentumContrast(Objective):
                 loss = loss + self.nli_weight * nli_loss
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss)
-        for momentum_weight, base_weight in self._momentum_pairs:
-            momentum_weight.assign(self.momentum * momentum_weight + (1.0 - self.momentum) * base_weight)
+        momentum_update(self.momentum_encoder, self.encoder, self.momentum)
+        if self.separate_encoders:
+            momentum_update(self.target_momentum_encoder, self.target_encoder, self.momentum)
         if self.queue_size:
             self._enqueue(keys_x, keys_y)
-        return self.report(loss, accuracy(h_x, keys_y, labels), *([nli_loss] if self.nli_weight else []))
+        extra = {"nli_loss": nli_loss} if self.nli_weight else {}
+        return self.report(loss=loss, accuracy=accuracy(h_x, keys_y, labels), **extra)

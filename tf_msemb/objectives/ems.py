@@ -4,6 +4,7 @@ import gin
 import keras
 import tensorflow as tf
 
+from tf_msemb.data.features import LanguageIds
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
 from tf_msemb.losses.xtr import bag_of_tokens
 from tf_msemb.losses.xtr import bidirectional_xtr_loss
@@ -11,6 +12,7 @@ from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.text import vocabulary
 
 CONTRASTIVE = ("info_nce", "ams", None)
 
@@ -46,28 +48,31 @@ class EMS(Objective):
         contrastive_dim: d_cntrs (128).
         temperature: T (0.1).
         margin: the AMS margin (0.3).
-        special_ids: token ids left out of the bag of tokens (our
-            SentencePiece models: 0-3 = pad, unk, <s>, </s>).
+        special_ids: token ids left out of the bag of tokens; default: the
+            run tokenizer's `special_ids` (pad, unk, begin, end), or those of
+            our SentencePiece layout (`text.vocabulary`) outside a run.
+        languages: the tags whose `<2xx>` ids the batches carry (default:
+            those the corpus manifests name).
     """
 
     def __init__(self, encoder, xtr=True, language_embedding=True, language_dim=128, contrastive="info_nce",
-                 contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, special_ids=(0, 1, 2, 3),
-                 **kwargs):
+                 contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, special_ids=None,
+                 languages=None, **kwargs):
         super().__init__(ensure_built(encoder), **kwargs)
         if contrastive not in CONTRASTIVE:
             raise ValueError(f"Unknown contrastive loss {contrastive!r}; choose from {CONTRASTIVE}.")
         if not xtr and contrastive is None:
             raise ValueError("EMS needs at least one objective: xtr=True or a contrastive loss.")
-        self.options = dict(xtr=xtr, language_embedding=language_embedding, language_dim=language_dim,
-                            contrastive=contrastive, contrastive_mlp=contrastive_mlp, contrastive_dim=contrastive_dim,
-                            temperature=temperature, margin=margin, special_ids=list(special_ids))
         self.xtr = xtr
         self.language_embedding = language_embedding and xtr
         self.contrastive = contrastive
         self.contrastive_mlp = contrastive_mlp and contrastive is not None
         self.temperature = temperature
         self.margin = margin if contrastive == "ams" else 0.0
+        if special_ids is None:
+            special_ids = self.run.tokenizer.special_ids if self.run.tokenizer else vocabulary.SPECIAL_IDS
         self.special_ids = tuple(special_ids)
+        self.languages = languages
         dim, vocabulary_size = encoder.output_dim, encoder.vocabulary_size
         self.vocabulary_size = vocabulary_size
         if self.language_embedding:
@@ -86,9 +91,10 @@ class EMS(Objective):
             self.contrastive_output.build((None, dim))
         self.add_trackers("loss", "xtr_loss", "contrastive_loss")
 
-    def data_options(self):
+    @property
+    def input_features(self):
         """The `<2xx>` token ids of both sides when the XTR head is told the target language."""
-        return {"language_ids": True} if self.language_embedding else {}
+        return [LanguageIds(self.languages)] if self.language_embedding else []
 
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
@@ -132,4 +138,4 @@ class EMS(Objective):
             loss = xtr_loss + contrastive_loss
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss)
-        return self.report(loss, xtr_loss, contrastive_loss)
+        return self.report(loss=loss, xtr_loss=xtr_loss, contrastive_loss=contrastive_loss)

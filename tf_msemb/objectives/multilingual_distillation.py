@@ -4,6 +4,8 @@ import gin
 import keras
 import tensorflow as tf
 
+from tf_msemb.data.features import TeacherTokens
+from tf_msemb.data.features import TeacherVectors
 from tf_msemb.losses.distillation import multilingual_distillation_loss
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.heads import ProjectedEncoder
@@ -43,7 +45,6 @@ class MultilingualDistillation(Objective):
                 raise ValueError(f"teacher_dim={teacher_dim} but teacher {teacher!r} outputs {self.teacher.output_dim}.")
             teacher_dim = self.teacher.output_dim
         self.teacher_dim = teacher_dim
-        self.options = dict(teacher=teacher, teacher_dim=teacher_dim, projection=projection)
         if encoder.output_dim != teacher_dim:
             if projection != "dense":
                 raise ValueError(
@@ -54,11 +55,10 @@ class MultilingualDistillation(Objective):
         self.encoder = encoder
         self.add_trackers("loss", "mse_src", "mse_tgt")
 
-    def data_options(self):
-        """What the input pipeline must add to each batch for this objective."""
-        if self.teacher is None:
-            return {"teacher_dim": self.teacher_dim}
-        return {"teacher_tokenizer": self.teacher_tokenizer}
+    @property
+    def input_features(self):
+        """Precomputed teacher vectors, or the source in a live teacher's tokens."""
+        return [TeacherVectors(self.teacher_dim) if self.teacher is None else TeacherTokens(self.teacher_tokenizer)]
 
     def build(self, inputs_shape=None):
         ensure_built(self.encoder)
@@ -79,7 +79,7 @@ class MultilingualDistillation(Objective):
             loss, src, tgt = multilingual_distillation_loss(target, student_src, student_tgt)
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
-        return self.report(loss, src, tgt)
+        return self.report(loss=loss, mse_src=src, mse_tgt=tgt)
 
     def get_config(self):
         config = super().get_config()

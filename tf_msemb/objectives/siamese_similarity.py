@@ -29,9 +29,9 @@ class SiameseSimilarity(Objective):
         if task not in ("sts", "nli"):
             raise ValueError(f"Unknown task {task!r}; choose 'sts' or 'nli'.")
         self.task = task
-        self.options = dict(task=task, num_labels=num_labels)
         self.classifier = keras.layers.Dense(num_labels, name="nli_classifier") if task == "nli" else None
-        self.add_trackers("loss", "accuracy" if task == "nli" else "mean_cosine")
+        self.quality = "accuracy" if task == "nli" else "mean_cosine"
+        self.add_trackers("loss", self.quality)
 
     def build(self, inputs_shape=None):
         ensure_built(self.encoder)
@@ -53,4 +53,4 @@ class SiameseSimilarity(Objective):
                 quality = tf.reduce_mean(tf.cast(predicted == tf.cast(data["target"], tf.int32), tf.float32))
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss)
-        return self.report(loss, quality)
+        return self.report(loss=loss, **{self.quality: quality})

@@ -28,7 +28,6 @@ class TranslationRanking(Objective):
         super().__init__(encoder, **kwargs)
         self.scale = 1.0 / temperature if temperature else scale
         self.margin = margin
-        self.options = dict(scale=self.scale, margin=margin)
         self.add_trackers("loss", "accuracy")
 
     def call(self, inputs, training=False):
@@ -42,4 +41,4 @@ class TranslationRanking(Objective):
             loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, self.scale, self.margin)
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss)
-        return self.report(loss, accuracy(x, y_all, labels))
+        return self.report(loss=loss, accuracy=accuracy(x, y_all, labels))

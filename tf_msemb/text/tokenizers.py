@@ -84,6 +84,11 @@ class SubwordTokenizer(keras.layers.Layer):
             return tf.ragged.boolean_mask(padded, keep)
         return tf.concat(parts, axis=1)
 
+    @property
+    def special_ids(self):
+        """The ids of padding, unknown, begin and end tokens (left out of EMS's bag of tokens)."""
+        return tuple(sorted({self.pad_id, self.unk_id, self.bos_id, self.eos_id}))
+
     def pad(self, ids):
         """Ragged ids -> dense ids and mask, at least one column wide."""
         token_ids = ids.to_tensor(default_value=self.pad_id)

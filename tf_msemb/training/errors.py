@@ -22,7 +22,8 @@ def _first_line(message):
     return message.splitlines()[0] if message else ""
 
 
-_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[")
+# Lines of a TensorFlow runtime error that say where, not what (a tf.function's error lists its Python stack).
+_BOILERPLATE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "[[", 'File "')
 
 
 def _core_message(message):
@@ -33,7 +34,8 @@ def _core_message(message):
     for line in _FUNCTION_NODE.sub("", message).splitlines():
         line = line.strip()
         if line and not line.startswith(_BOILERPLATE):
-            return re.sub(r" \[Op:\w+\]", "", line.split(" transformation with iterator: ")[-1])
+            line = re.sub(r"^Iterator::[\w:]+: ", "", line.split(" transformation with iterator: ")[-1])
+            return re.sub(r" \[Op:\w+\]", "", line)
     return _first_line(message)
 
 
@@ -60,7 +62,9 @@ def one_line(error):
     """The message to print for an error the user can act on, or None for a bug (show the traceback)."""
     if isinstance(error, tf.errors.OpError):
         return _core_message(error.message)
-    # ValueError covers CorpusError and the configuration checks of constructors.
-    if isinstance(error, (ValueError, StrategyError, CheckpointError, NonFiniteLossError, FileNotFoundError)):
+    # ValueError covers CorpusError and the configuration checks of constructors; ImportError a missing
+    # optional package (its message says what to install).
+    if isinstance(error, (ValueError, StrategyError, CheckpointError, NonFiniteLossError, FileNotFoundError,
+                          ImportError)):
         return _first_line(error)
     return None

@@ -1,7 +1,10 @@
-"""A one-line progress report for long training runs."""
+"""What a long training run reports: a one-line progress report and TensorBoard scalars."""
 
 import datetime
+import os
 import time
+
+import tensorflow as tf
 
 
 class ProgressLine:
@@ -26,3 +29,50 @@ class ProgressLine:
         eta = datetime.timedelta(seconds=round(remaining))
         pairs = steps_per_second * self.global_batch_size
         return f"step {step}/{self.total_steps} {metrics} pairs/s {pairs:.1f} ETA {eta}"
+
+
+class RunLog:
+    """Where a run reports: the progress line on stdout and TensorBoard scalars in `model_dir/train`.
+
+    Every worker prints; with `model_dir=None` (non-chief workers) no
+    scalars are written. A context
+    manager: the TensorBoard writer is closed on exit. `steady_rate` is the
+    pairs per second since the first report, so start-up and tracing do not
+    count.
+
+    Args:
+        model_dir: the run's directory, or None.
+        progress: the run's `ProgressLine`.
+    """
+
+    def __init__(self, model_dir, progress):
+        self.progress = progress
+        self.writer = tf.summary.create_noop_writer()
+        if model_dir is not None:
+            self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
+        self._steady = None
+        self._last_step = None
+
+    def write(self, step, logs):
+        steps_per_second = self.progress.rate(step)
+        print(self.progress.format(step, logs, steps_per_second), flush=True)
+        with self.writer.as_default(step=step):
+            for name, value in logs.items():
+                tf.summary.scalar(name, value)
+            tf.summary.scalar("pairs_per_second", steps_per_second * self.progress.global_batch_size)
+        if self._steady is None:
+            self._steady = (step, time.perf_counter())
+        self._last_step = step
+
+    @property
+    def steady_rate(self):
+        if self._steady is None or self._last_step == self._steady[0]:
+            return 0.0
+        first_step, since = self._steady
+        return (self._last_step - first_step) * self.progress.global_batch_size / (time.perf_counter() - since)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.writer.close()

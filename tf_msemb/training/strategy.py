@@ -94,15 +94,6 @@ def make_strategy(kind="default", devices=None, tpu_address=None, communication=
     raise StrategyError(f"Unknown strategy {kind!r}; choose one of {', '.join(STRATEGIES)}.")
 
 
-def configured_strategy():
-    """The strategy `train.strategy` names in the parsed gin config (`"default"` when unbound)."""
-    try:
-        kind = gin.query_parameter("train.strategy")
-    except ValueError:
-        kind = "default"
-    return kind if isinstance(kind, tf.distribute.Strategy) else make_strategy(kind)
-
-
 def is_chief(strategy):
     """Whether this worker writes the run's files (always, outside multi-worker training)."""
     resolver = getattr(strategy, "cluster_resolver", None)

@@ -1,0 +1,126 @@
+"""The trainer's parts on their own: exports of every named model, the loop's schedule, run facts to objectives."""
+
+import json
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.objectives.base import RunFacts
+from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
+from tf_msemb.objectives.ema_teacher_distillation import EMATeacherDistillation
+from tf_msemb.training.errors import NonFiniteLossError
+from tf_msemb.training.trainer import Exporter
+from tf_msemb.training.trainer import LoopSettings
+from tf_msemb.training.trainer import build_objective
+from tf_msemb.training.trainer import train_loop
+
+TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, dropout=0.0)
+
+
+def _moco(tokenizer, separate):
+    keras.utils.set_random_seed(0)
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length, **TINY)
+    model = DualMomentumContrast(encoder, separate_encoders=separate, queue_size=8, run=RunFacts(tokenizer, 10, 4))
+    model.build()
+    # Different target weights, so the two exports must differ.
+    model.target_encoder.set_weights([w + 0.5 for w in model.target_encoder.get_weights()])
+    return model
+
+
+def test_exporter_writes_every_model_the_objective_names(tokenizer, tmp_path):
+    model = _moco(tokenizer, separate=True)
+    assert set(model.exports()) == {"encoder", "target"}
+    path = Exporter(model, str(tmp_path), chief=True)(7, final=True)
+    assert path == str(tmp_path / "export" / "final")
+    sentences = tf.constant(["Ein Hund läuft.", "A dog runs."])
+    for directory, encoder in ((tmp_path / "export", model.encoder), (tmp_path / "export" / "target", model.target_encoder)):
+        for version in ("7", "final"):
+            loaded = tf.saved_model.load(str(directory / version))
+            expected = keras.ops.convert_to_numpy(encoder(tokenizer(sentences)))
+            expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+            np.testing.assert_allclose(loaded(sentences).numpy(), expected, atol=1e-5)
+        metadata = json.loads((directory / "final" / "tf_msemb_export.json").read_text())
+        assert metadata["objective"]["class"] == "DualMomentumContrast" and metadata["objective"]["queue_size"] == 8
+
+
+def test_a_shared_encoder_is_exported_once(tokenizer, tmp_path):
+    model = _moco(tokenizer, separate=False)
+    assert set(model.exports()) == {"encoder"}
+    Exporter(model, str(tmp_path), chief=True)(3)
+    assert sorted(os.listdir(tmp_path / "export")) == ["3"]
+
+
+def test_non_chief_workers_export_too_but_keep_nothing(tokenizer, tmp_path, monkeypatch):
+    written = []
+
+    def export_version(tokenizer, encoder, export_dir, step, info, final):
+        written.append(export_dir)
+        os.makedirs(os.path.join(export_dir, str(step)))
+        return os.path.join(export_dir, str(step))
+
+    monkeypatch.setattr("tf_msemb.training.trainer.export_version", export_version)
+    Exporter(_moco(tokenizer, separate=True), str(tmp_path), chief=False)(5)
+    assert len(written) == 2  # both models: a save under MultiWorkerMirroredStrategy needs every worker
+    assert not os.path.exists(tmp_path / "export") and not any(os.path.exists(d) for d in written)
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, step, final=False):
+        self.calls.append(step)
+
+    save = write = __call__
+
+
+class _Checkpoints(_Recorder):
+    latest = "ckpt-4"
+
+
+def _loop(losses, settings, start=0):
+    model = keras.Sequential([keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.5))
+    values = iter(losses)
+    checkpoints, exporter, log = _Checkpoints(), _Recorder(), _Recorder()
+    inputs = type("Inputs", (), {"source_files": []})()
+    step = train_loop(lambda: {"loss": tf.constant(next(values))}, model, inputs, checkpoints, exporter, log,
+                      settings, start)
+    return step, checkpoints.calls, exporter.calls, log.calls
+
+
+def test_loop_logs_checkpoints_and_exports_on_schedule():
+    settings = LoopSettings(num_steps=10, log_every=4, checkpoint_every=3, export_every=5)
+    step, saves, exports, logs = _loop([1.0] * 10, settings)
+    assert step == 10
+    assert logs == [4, 8, 10]  # and always the last step
+    assert saves == [3, 6, 9]  # the final checkpoint and export are the caller's
+    assert exports == [5]
+
+
+def test_loop_resumes_from_its_start_step():
+    step, _, _, logs = _loop([1.0] * 4, LoopSettings(num_steps=10, log_every=2, checkpoint_every=100), start=6)
+    assert step == 10 and logs == [8, 10]
+
+
+def test_loop_stops_on_a_non_finite_loss_naming_the_last_checkpoint():
+    with pytest.raises(NonFiniteLossError, match=r"Loss became nan at step 3; the last good checkpoint is ckpt-4"):
+        _loop([1.0, 0.5, math.nan, 0.1], LoopSettings(num_steps=10, log_every=1, checkpoint_every=100))
+
+
+def test_objectives_receive_the_run_facts(tokenizer, tmp_path):
+    run = RunFacts(tokenizer, total_steps=37, global_batch_size=12)
+
+    def encoder(vocabulary_size, max_sequence_length):
+        return SentenceEncoder(vocabulary_size, max_sequence_length=max_sequence_length, **TINY)
+
+    model, model_tokenizer = build_objective(EMATeacherDistillation, run, encoder, None, None, str(tmp_path), "float32")
+    assert model_tokenizer is tokenizer and model.run == run
+    assert model.total_steps == 37  # the tau schedule's K is the run's length, never a separate setting
+    assert model.exports()["encoder"] == (tokenizer, model.encoder)
+    assert float(model.tau(37)) == pytest.approx(1.0) and float(model.tau(0)) == pytest.approx(0.99999)

@@ -1,0 +1,79 @@
+"""What every command line of tf_msemb shares: quiet start-up, and one `error:` line for mistakes a user can fix.
+
+Each command (`tf_msemb.train`, `tf_msemb.evaluate`, `tools/*.py`) imports
+this module before anything that imports TensorFlow, and ends with
+`cli.run(main)`. Without `--verbosity` (or `-v`) on the command line:
+
+- TensorFlow's C++ log is off (`TF_CPP_MIN_LOG_LEVEL=3`: no oneDNN,
+  cpu_feature_guard or cuInit lines) unless the environment already sets
+  it; the lines its libraries print while they load (cudart_stub and
+  absl's "All log messages before absl::InitializeLog()") ignore that
+  variable, so TensorFlow is imported here with file descriptor 2 pointed
+  at /dev/null;
+- absl's Python log shows warnings and errors only;
+- an error `tf_msemb.training.errors.one_line` recognizes (bad input,
+  configuration, missing files or packages, NaN loss, no TPU, ...) ends the
+  command with `error: <one line>` on stderr and exit status 1; any other
+  exception keeps its traceback.
+
+With `--verbosity` all of these stay as TensorFlow and absl make them, and
+every error shows its traceback.
+"""
+
+import os
+import re
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+
+
+def verbosity_requested(args):
+    """Whether command-line `args` set absl's `--verbosity` (or `-v`), before absl has parsed them."""
+    return any(re.fullmatch(r"--?(v|verbosity)(=.*)?", arg) for arg in args)
+
+
+def _import_tensorflow_silently():
+    """Imports TensorFlow with stderr pointed at /dev/null (its libraries log as they load)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow  # noqa: F401
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+if not verbosity_requested(sys.argv[1:]):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _import_tensorflow_silently()
+
+from tf_msemb.training.errors import one_line  # noqa: E402 -- imports TensorFlow, so after the lines above
+
+
+def call(main, argv, verbose):
+    """`main(argv)`; unless `verbose`, a recognized error becomes `SystemExit("error: ...")` (status 1)."""
+    try:
+        return main(argv)
+    except Exception as e:  # noqa: BLE001 -- only errors `one_line` recognizes are shortened
+        message = None if verbose else one_line(e)
+        if message is None:
+            raise
+        raise SystemExit(f"error: {message}") from None
+
+
+def run(main):
+    """Parses the flags and runs `main(argv)` with absl's `app.run`, quiet and with one-line errors."""
+
+    def quiet_main(argv):
+        verbose = flags.FLAGS["verbosity"].present
+        if not verbose:
+            logging.set_verbosity(logging.WARNING)
+        return call(main, argv, verbose)
+
+    app.run(quiet_main)

@@ -1,0 +1,251 @@
+"""Typed input features: the fields of a training batch beyond the pair's tokens.
+
+An objective declares the features it needs (`Objective.input_features`);
+the pipeline reads, balances, shuffles, filters and batches the pairs and
+applies each declared feature in turn. A feature owns everything about its
+field: the record fields it parses (`record_spec`), the check of the first
+record of every shard (`check_record`, one line naming the problem), its
+set-up against the corpora (`prepare`), the mapping of parsed records to
+model inputs (`parse`, on chunks of records; `per_example`, after
+unbatching), its padding values and, for whole batches read from elsewhere,
+how they join the pair batches (`attach`). Adding a field is one class here.
+
+Token fields are `{"token_ids", "padding_mask"}` like a tokenizer's output.
+"""
+
+import tensorflow as tf
+
+from tf_msemb.data.corpora import corpus_streams
+from tf_msemb.data.corpora import read_manifest
+from tf_msemb.data.labeled_pairs import make_labeled_dataset
+from tf_msemb.text.vocabulary import language_token
+from tf_msemb.text_files import CorpusError
+
+
+def token_inputs(ids):
+    """Ragged ids `[n, (l)]` -> `{"token_ids", "padding_mask"}` (dense once unbatched and padded)."""
+    return {"token_ids": ids, "padding_mask": tf.ones_like(ids, dtype=tf.bool)}
+
+
+def token_padding(pad_id):
+    return {"token_ids": tf.constant(pad_id, tf.int32), "padding_mask": False}
+
+
+class InputFeature:
+    """One field (or group of fields) of a batch; every hook defaults to doing nothing."""
+
+    def record_spec(self):
+        """`{record field: tf.io feature}` this feature parses; every field named is required in the records."""
+        return {}
+
+    def check_record(self, fields):
+        """What is wrong with one record's `tf.train.Example` feature map for this feature, or None."""
+        return None
+
+    def prepare(self, tokenizer, corpora):
+        """Checks and set-up against the corpora before reading starts (raises `CorpusError`)."""
+
+    def parse(self, records, tokenizer):
+        """Parsed records of one chunk `{field: [n, ...]}` -> this feature's batch fields `{name: [n, ...]}`."""
+        return {}
+
+    def per_example(self, example, tokenizer):
+        """One unbatched example's fields, made paddable (dense)."""
+        return example
+
+    def padding(self, tokenizer):
+        """`{name: padding value}` for every field `parse` adds."""
+        return {}
+
+    def attach(self, batches, tokenizer, input_context, seed):
+        """Joins batches read from elsewhere to the pair batches."""
+        return batches
+
+
+class TextTokens(InputFeature):
+    """`src`, `tgt`: the pair tokenized by the training tokenizer, not truncated (the pipeline drops long pairs)."""
+
+    def parse(self, records, tokenizer):
+        return {side: token_inputs(tokenizer.tokenize(records[side], truncate=False)) for side in ("src", "tgt")}
+
+    def padding(self, tokenizer):
+        return {side: token_padding(tokenizer.pad_id) for side in ("src", "tgt")}
+
+
+class StoredTokenIds(TextTokens):
+    """`src`, `tgt` from the token ids stored at writing time (`make_tfrecords.py --tokenizer`).
+
+    The manifests must name this very tokenizer (its fingerprint), so the
+    ids mean what the encoder expects.
+    """
+
+    def record_spec(self):
+        return {"src_ids": tf.io.RaggedFeature(tf.int64), "tgt_ids": tf.io.RaggedFeature(tf.int64)}
+
+    def prepare(self, tokenizer, corpora):
+        expected = tokenizer.fingerprint()
+        for corpus in corpora:
+            stored = (read_manifest(corpus) or {}).get("tokenizer")
+            if stored and stored["fingerprint"] == expected:
+                continue
+            found = (f"token ids of another tokenizer ({stored['class']} {stored['fingerprint']})" if stored
+                     else "no token ids")
+            raise CorpusError(
+                f"make_dataset.pretokenized is set but {corpus} has {found}; the training tokenizer is "
+                f"{type(tokenizer).__name__} {expected}. Rewrite it with tools/make_tfrecords.py --tokenizer=... "
+                "or set make_dataset.pretokenized = False."
+            )
+
+    def parse(self, records, tokenizer):
+        return {side: token_inputs(tf.cast(records[f"{side}_ids"], tf.int32)) for side in ("src", "tgt")}
+
+
+class TeacherVectors(InputFeature):
+    """`teacher` `[b, dim]`: a teacher's vector of `src`, precomputed into the records (seed 001, Sec. 3)."""
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    def record_spec(self):
+        return {"teacher": tf.io.FixedLenFeature([self.dim], tf.float32)}
+
+    def check_record(self, fields):
+        size = len(fields["teacher"].float_list.value)
+        if size != self.dim:
+            return f"holds teacher vectors of {size} values but the objective expects teacher_dim={self.dim}"
+        return None
+
+    def parse(self, records, tokenizer):
+        return {"teacher": records["teacher"]}
+
+    def padding(self, tokenizer):
+        return {"teacher": 0.0}
+
+
+class TeacherTokens(InputFeature):
+    """`teacher_src`: the source in a live teacher's own tokens (truncated to its length, never filtered)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def parse(self, records, tokenizer):
+        return {"teacher_src": token_inputs(self.tokenizer.tokenize(records["src"]))}
+
+    def padding(self, tokenizer):
+        return {"teacher_src": token_padding(self.tokenizer.pad_id)}
+
+
+class HardNegatives(InputFeature):
+    """`hard_negatives` `[b, count, length]` tokens: sentences close to `tgt` but wrong (seed 004, Sec. 3.2).
+
+    Truncated to the tokenizer's `max_length`; records must hold exactly `count`.
+    """
+
+    def __init__(self, count):
+        self.count = count
+
+    def record_spec(self):
+        return {"hard_negatives": tf.io.FixedLenFeature([self.count], tf.string)}
+
+    def check_record(self, fields):
+        size = len(fields["hard_negatives"].bytes_list.value)
+        if size != self.count:
+            return f"has {size} hard negatives per pair but num_hard_negatives={self.count}"
+        return None
+
+    def parse(self, records, tokenizer):
+        flat = tokenizer.tokenize(tf.reshape(records["hard_negatives"], [-1]))
+        return {"hard_negatives": tf.RaggedTensor.from_uniform_row_length(flat, self.count)}
+
+    def per_example(self, example, tokenizer):
+        ids = example["hard_negatives"]
+        example["hard_negatives"] = {
+            "token_ids": ids.to_tensor(default_value=tokenizer.pad_id),
+            "padding_mask": ids.with_values(tf.ones_like(ids.flat_values, tf.bool)).to_tensor(default_value=False),
+        }
+        return example
+
+    def padding(self, tokenizer):
+        return {"hard_negatives": token_padding(tokenizer.pad_id)}
+
+
+class LanguageIds(InputFeature):
+    """`src_lang_id`, `tgt_lang_id` `[b]`: the ids of the `<2xx>` tokens of the pair's tags (seed 003).
+
+    `languages` defaults to those the manifests' pairs name; a tag in the
+    records that the table lacks stops reading with the tag named.
+    """
+
+    def __init__(self, languages=None):
+        self.languages = tuple(languages) if languages else None
+
+    def prepare(self, tokenizer, corpora):
+        languages = self.languages or sorted(
+            {tag for corpus in corpora if read_manifest(corpus) for pair in corpus_streams(corpus)
+             for tag in pair.split("-")}
+        )
+        if not hasattr(tokenizer, "token_to_id"):
+            raise ValueError(f"{type(tokenizer).__name__} has no language tokens; use a SentencePieceTokenizer "
+                             "trained by tools/train_spm.py --languages=...")
+        if not languages:
+            raise CorpusError("Language ids need manifests (from make_tfrecords.py) or LanguageIds(languages).")
+        ids = {language: tokenizer.token_to_id(language_token(language)) for language in languages}
+        for language, token_id in ids.items():
+            if token_id == tokenizer.unk_id:
+                raise CorpusError(
+                    f"Language {language!r} has no {language_token(language)} token in the tokenizer vocabulary; "
+                    f"retrain it with tools/train_spm.py --languages={','.join(languages)}"
+                )
+        self._known = " ".join(sorted(ids))
+        self._table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(list(ids), list(ids.values()), tf.string, tf.int32), default_value=-1
+        )
+
+    def _ids(self, tags):
+        ids = self._table.lookup(tags)
+        unknown = tf.boolean_mask(tags, ids < 0)
+        check = tf.debugging.Assert(
+            tf.size(unknown) == 0,
+            ["Unknown language tag", unknown[:1], f"in the corpus; the tokenizer knows {self._known}"],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(ids)
+
+    def parse(self, records, tokenizer):
+        return {"src_lang_id": self._ids(records["src_lang"]), "tgt_lang_id": self._ids(records["tgt_lang"])}
+
+    def padding(self, tokenizer):
+        return {"src_lang_id": tf.constant(0, tf.int32), "tgt_lang_id": tf.constant(0, tf.int32)}
+
+
+class RawText(InputFeature):
+    """`src_text`, `tgt_text`: the raw strings (for inspection and tests)."""
+
+    def parse(self, records, tokenizer):
+        return {"src_text": records["src"], "tgt_text": records["tgt"]}
+
+    def padding(self, tokenizer):
+        return {"src_text": "", "tgt_text": ""}
+
+
+class NliBatch(InputFeature):
+    """`nli`: a batch of labeled NLI pairs beside every pair batch (seed 002, Appendix B).
+
+    Args:
+        path: an SNLI / MultiNLI jsonl file (`make_labeled_dataset`).
+        global_batch_size: NLI pairs per step over all replicas.
+        format: its reader (`"nli_jsonl"`).
+    """
+
+    def __init__(self, path, global_batch_size, format="nli_jsonl"):
+        if not path:
+            raise CorpusError("The NLI multi-task head needs the path of an SNLI/MultiNLI jsonl file "
+                              "(e.g. DualMomentumContrast.nli_path).")
+        self.path, self.global_batch_size, self.format = path, global_batch_size, format
+
+    def attach(self, batches, tokenizer, input_context, seed):
+        batch_size = (input_context.get_per_replica_batch_size(self.global_batch_size) if input_context
+                      else self.global_batch_size)
+        nli = make_labeled_dataset(self.path, tokenizer, batch_size, format=self.format, seed=seed,
+                                   input_context=input_context)
+        return tf.data.Dataset.zip(batches, nli).map(lambda batch, nli_batch: batch | {"nli": nli_batch})
