@@ -84,6 +84,27 @@ def test_smoke_switch_shrinks_the_recipe(tmp_path, spm_model, quickstart_records
     assert "train.num_steps = 3" in (tmp_path / "s" / "operative_config.gin").read_text()
 
 
+def test_objective_features_and_exports_reach_the_trainer(tmp_path, spm_model, quickstart_records):
+    """MoCo with two encoders and the NLI head: its declared NLI batches are read, both towers exported."""
+    rows = [{"sentence1": f"A man plays {i}.", "sentence2": "Someone plays.", "gold_label": "entailment"}
+            for i in range(40)]
+    (tmp_path / "nli.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model_dir = tmp_path / "moco"
+    result = run_train(model_dir, spm_model, quickstart_records, "train.objective = @DualMomentumContrast",
+                       "DualMomentumContrast.separate_encoders = True", "DualMomentumContrast.queue_size = 32",
+                       "DualMomentumContrast.nli_weight = 0.1", f"DualMomentumContrast.nli_path = '{tmp_path}/nli.jsonl'",
+                       "DualMomentumContrast.nli_batch_size = 8", "train.num_steps = 2", "train.log_every = 1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert " nli_loss " in result.stdout
+    assert f"target: {model_dir / 'export' / 'target' / 'final'}" in result.stdout
+    assert sorted(os.listdir(model_dir / "export")) == ["2", "final", "target"]
+    assert sorted(os.listdir(model_dir / "export" / "target")) == ["2", "final"]
+    sentences = tf.constant(["Die Frau liest."])
+    source = tf.saved_model.load(str(model_dir / "export" / "final"))(sentences).numpy()
+    target = tf.saved_model.load(str(model_dir / "export" / "target" / "final"))(sentences).numpy()
+    assert not np.allclose(source, target)  # two towers, each exported
+
+
 def test_missing_gin_file_is_named(tmp_path):
     command = [sys.executable, "-m", "tf_msemb.train", "--gin_file=configs/nope.gin", f"--model_dir={tmp_path}"]
     result = subprocess.run(command, capture_output=True, text=True, cwd=REPO)

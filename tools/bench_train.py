@@ -90,7 +90,8 @@ def _peer_pairs(path, count):
     import gin
     import tensorflow as tf
 
-    from tf_msemb.data.pipeline import corpus_streams
+    from tf_msemb.data.corpora import corpus_streams
+    from tf_msemb.data.features import TeacherVectors
     from tf_msemb.data.records import parse_examples
     from tf_msemb.config import parse_config
 
@@ -107,7 +108,7 @@ def _peer_pairs(path, count):
     columns = []
     for files in streams:
         records = tf.data.TFRecordDataset(files).take(per_stream).batch(per_stream)
-        features = parse_examples(next(iter(records)), teacher_dim=dim)
+        features = parse_examples(next(iter(records)), [TeacherVectors(dim)])
         columns.append([
             {"src": s.decode(), "tgt": t.decode(), "teacher": v.tolist()}
             for s, t, v in zip(features["src"].numpy(), features["tgt"].numpy(), features["teacher"].numpy())

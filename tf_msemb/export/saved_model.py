@@ -113,7 +113,7 @@ class EmbeddingModule(tf.Module):
 
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
-                    inference="padded"):
+                    inference="padded", selection=None):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
     return {
         "format": "tf_msemb raw-string SavedModel",
@@ -121,6 +121,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "training_step": step,
         "objective": objective,
+        "selection": selection,
         "signature": {"name": SIGNATURE, "input": INPUT_KEY, "output": OUTPUT_KEY},
         "serving_warmup": WARMUP_FILE,
         "input": "1-D tf.string tensor of raw sentences (normalized and tokenized inside)",
@@ -147,13 +148,9 @@ def _packed(encoder, precision):
     return PackedEncoder(encoder, keras.DTypePolicy(precision).compute_dtype)
 
 
-@gin.configurable(allowlist=["precision", "sub_batch_size", "packed"])
-def export_saved_model(tokenizer, encoder, path, step=None, objective=None, precision="float32", sub_batch_size=32,
-                       packed=True):
-    """Writes the SavedModel, TF Serving warm-up requests and `tf_msemb_export.json` to `path`; returns `path`.
-
-    `step` and `objective` (the training step and the objective's class and
-    options) go into the metadata when the export comes from training.
+@gin.configurable(denylist=["tokenizer", "encoder"])
+def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True):
+    """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
     real tokens only, see `tf_msemb.models.packed`; vectors equal to the Keras
@@ -165,26 +162,41 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, prec
     about 0.9999; default `"float32"`). A packed bfloat16 export keeps
     bfloat16 copies of the matmul weights, made at export: fine-tuning the
     exported variables changes training calls only, so export again after.
+    The module's `precision` attribute names the compute precision.
     """
     computing = ensure_built(with_precision(encoder, precision))
     packed_encoder = _packed(computing, precision) if packed else None
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder)
+    module.precision = precision
+    return module
+
+
+def export_saved_model(tokenizer, encoder, path, step=None, objective=None, selection=None, **inference_options):
+    """Writes the SavedModel, TF Serving warm-up requests and `tf_msemb_export.json` to `path`; returns `path`.
+
+    `step`, `objective` (the objective's class and options) and `selection`
+    (the dev metric that chose this step) go into the metadata when the
+    export comes from training. `inference_options` override the
+    `inference_module` settings bound in gin (precision, sub_batch_size, packed).
+    """
+    module = inference_module(tokenizer, encoder, **inference_options)
     tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
     write_warmup_requests(path)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(export_metadata(tokenizer, encoder, step, objective, precision, sub_batch_size,
-                                  "packed" if packed_encoder else "padded"), f, indent=2, default=str)
+        json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
+                                  "packed" if module.packed is not None else "padded", selection), f, indent=2, default=str)
     return path
 
 
-def export_version(tokenizer, encoder, export_dir, step, objective=None, final=False):
-    """Writes `export_dir/<step>` (a version TF Serving picks up) and, when `final`, copies it to `export_dir/final`.
+def export_version(tokenizer, encoder, export_dir, step, objective=None, final=False, version=None, selection=None):
+    """Writes `export_dir/<version>` (default: the step, a version TF Serving picks up) and, when `final`, copies
+    it to `export_dir/final`.
 
-    Returns the versioned path. An existing directory for the same step is replaced.
+    Returns the versioned path. An existing directory of the same version is replaced.
     """
-    path = os.path.join(export_dir, str(step))
+    path = os.path.join(export_dir, version or str(step))
     shutil.rmtree(path, ignore_errors=True)
-    export_saved_model(tokenizer, encoder, path, step=step, objective=objective)
+    export_saved_model(tokenizer, encoder, path, step=step, objective=objective, selection=selection)
     if final:
         final_path = os.path.join(export_dir, "final")
         shutil.rmtree(final_path, ignore_errors=True)

@@ -24,6 +24,8 @@ from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import RunFacts
 from tf_msemb.training.checkpointing import RunCheckpoints
+from tf_msemb.training.dev_evaluation import DevEvaluation
+from tf_msemb.training.dev_evaluation import write_results
 from tf_msemb.training.errors import NonFiniteLossError
 from tf_msemb.training.errors import explain_data_error
 from tf_msemb.training.optimizers import make_optimizer
@@ -76,13 +78,17 @@ class Exporter:
         self.model, self.root, self.chief = model, os.path.join(model_dir, "export"), chief
         self.info = {"class": type(model).__name__, **model.options}
 
-    def __call__(self, step, final=False):
-        """Exports this step; returns the main model's path (`final` when final)."""
+    def __call__(self, step, final=False, selection=None):
+        """Exports this step as `<step>` (and `final`), or with a `selection` as `best`; returns the main path."""
         paths = {}
         for name, (tokenizer, encoder) in self.model.exports().items():
             root = self.root if self.chief else tempfile.mkdtemp(prefix="tf_msemb_export_")
             export_dir = root if name == "encoder" else os.path.join(root, name)
-            path = export_version(tokenizer, encoder, export_dir, step, self.info, final=final)
+            if selection:
+                path = export_version(tokenizer, encoder, export_dir, step, self.info, version="best",
+                                      selection=selection)
+            else:
+                path = export_version(tokenizer, encoder, export_dir, step, self.info, final=final)
             paths[name] = os.path.join(export_dir, "final") if final else path
             if not self.chief:
                 shutil.rmtree(root, ignore_errors=True)
@@ -90,6 +96,37 @@ class Exporter:
             others = "".join(f"; {name}: {path}" for name, path in paths.items() if name != "encoder")
             print(f"Exported SavedModel: {paths['encoder']}{others}", flush=True)
         return paths["encoder"]
+
+
+class DevSteps:
+    """One evaluation of the run: metrics, their reports, and the best export and checkpoint.
+
+    Every worker computes the metrics and takes part in saving; only the
+    chief writes `eval_results.jsonl` and keeps the saved files.
+    """
+
+    def __init__(self, dev, model, exporter, checkpoint, log, model_dir, chief):
+        self.dev, self.model, self.exporter, self.checkpoint = dev, model, exporter, checkpoint
+        self.log, self.model_dir, self.chief = log, model_dir, chief
+
+    def __call__(self, step):
+        """Evaluates at `step`; returns whether early stopping says to stop."""
+        tokenizer, encoder = self.model.exports()["encoder"]
+        results = self.dev.metrics(tokenizer, encoder)
+        best = self.dev.record(step, results)
+        self.log.write_eval(step, results, self.dev.selection if self.dev.best_metric else None)
+        if self.chief:
+            write_results(self.model_dir, step, results)
+        if best:
+            self.exporter(step, selection=self.dev.selection)
+            directory = os.path.join(self.model_dir, "best") if self.chief else tempfile.mkdtemp()
+            self.checkpoint.write(os.path.join(directory, "ckpt"))
+            if not self.chief:
+                shutil.rmtree(directory, ignore_errors=True)
+        if self.dev.exhausted:
+            print(f"Early stopping at step {step}: no better {self.dev.best_metric} in {self.dev.patience} "
+                  "evaluations.", flush=True)
+        return self.dev.exhausted
 
 
 def build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision):
@@ -118,16 +155,16 @@ class LoopSettings:
     checkpoint_every: int
     export_every: int = None
     max_train_minutes: float = None
+    eval_every: int = None
 
 
-def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, step):
-    """Steps from `step` until `num_steps` or the time budget; logs, checkpoints and exports on the way.
-
-    Returns the last step taken.
+def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, step, evaluate=None):
+    """Steps from `step` until `num_steps`, the time budget or early stopping; logs, checkpoints, exports and
+    evaluates (`evaluate(step)`, which says whether to stop) on the way. Returns the last step taken.
     """
     minutes = settings.max_train_minutes
     deadline = time.monotonic() + 60 * minutes if minutes else None
-    while step < settings.num_steps:
+    while step < settings.num_steps and not (evaluate and evaluate.dev.exhausted):
         if deadline and time.monotonic() > deadline:
             print(f"Time budget of {minutes} minutes reached at step {step}.", flush=True)
             break
@@ -152,6 +189,8 @@ def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, ste
             checkpoints.save(step)
         if step < settings.num_steps and settings.export_every and step % settings.export_every == 0:
             exporter(step)
+        if evaluate and settings.eval_every and step % settings.eval_every == 0 and evaluate(step):
+            break
     return step
 
 
@@ -159,7 +198,8 @@ def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, ste
 def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEncoder, pretrained=None,
           global_batch_size=64, per_replica_batch_size=None, num_steps=1000, strategy="default", log_every=50,
           checkpoint_every=1000, keep_checkpoints=3, export_every=None, seed=0, max_train_minutes=None,
-          dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False):
+          dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False, evaluators=(),
+          eval_every=None, best_metric=None, best_mode="max", patience=None):
     """Trains `objective(encoder=..., run=...)` and exports what it names (`Objective.exports`).
 
     `model_dir` gets checkpoints (an existing one is resumed exactly: weights,
@@ -175,7 +215,11 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (`@make_distributed_labeled_dataset` for STS/NLI pairs); `init_from` is a
     run whose encoder weights start this one (seed 000 stage 2, ignored when
     resuming); `precision` is float32, mixed_bfloat16 or mixed_float16;
-    `jit_compile` compiles each replica's step with XLA.
+    `jit_compile` compiles each replica's step with XLA. `evaluators`
+    (`evaluation.evaluator.Evaluator`s) run every `eval_every` steps and at
+    the end; `best_metric` (with `best_mode` max or min) keeps `export/best`
+    and `best/ckpt`, and `patience` stops after that many evaluations without
+    improvement (see `training.dev_evaluation`).
     Returns `{"export", "steps" (run now), "pairs_per_second"}`, the rate
     measured after the first log line so start-up and tracing do not count.
     """
@@ -193,10 +237,10 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     # Dropout's random-seed states are Keras variables that the layers do not
     # expose to TensorFlow checkpoints; listing them makes resumed runs exact.
     seed_states = [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
-    checkpoints = RunCheckpoints(
-        tf.train.Checkpoint(model=model, optimizer=model.optimizer, data=inputs.iterators, seeds=seed_states),
-        model_dir, strategy, keep_checkpoints,
-    )
+    dev = DevEvaluation(evaluators, best_metric, best_mode, patience)
+    state = tf.train.Checkpoint(model=model, optimizer=model.optimizer, data=inputs.iterators, seeds=seed_states,
+                                evaluation=dev.state())
+    checkpoints = RunCheckpoints(state, model_dir, strategy, keep_checkpoints)
     resumed = checkpoints.restore()
     if resumed:
         print(f"Resumed from {resumed}", flush=True)
@@ -207,11 +251,14 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
         with open(os.path.join(model_dir, "operative_config.gin"), "w", encoding="utf-8") as f:
             f.write(gin.operative_config_str())
     first_step = int(model.optimizer.iterations.numpy())
-    settings = LoopSettings(num_steps, log_every, checkpoint_every, export_every, max_train_minutes)
+    settings = LoopSettings(num_steps, log_every, checkpoint_every, export_every, max_train_minutes, eval_every)
     exporter = Exporter(model, model_dir, chief)
     with RunLog(model_dir if chief else None, ProgressLine(num_steps, global_batch_size, first_step)) as log:
+        evaluate = DevSteps(dev, model, exporter, state, log, model_dir, chief) if dev.evaluators else None
         step = train_loop(_make_step_function(model, strategy, inputs, jit_compile), model, inputs, checkpoints,
-                          exporter, log, settings, first_step)
+                          exporter, log, settings, first_step, evaluate)
+        if evaluate and int(dev.last_step.numpy()) != step:
+            evaluate(step)
     checkpoints.save(step)
     checkpoints.close()
     return {"export": exporter(step, final=True), "steps": step - first_step, "pairs_per_second": log.steady_rate}

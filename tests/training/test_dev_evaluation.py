@@ -1,0 +1,126 @@
+"""Evaluation during training: figures equal to the export's, the best step kept, resume remembers it."""
+
+import json
+import math
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import corpus_file
+from tf_msemb.evaluation.evaluator import Evaluator
+from tf_msemb.evaluation.retrieval import translation_accuracy
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.text_files import read_lines
+from tf_msemb.training.dev_evaluation import DevEvaluation
+from tf_msemb.training.trainer import train
+from tf_msemb.objectives.translation_ranking import TranslationRanking
+from tf_msemb.data.pipeline import make_distributed_dataset
+
+
+class HeldoutRetrieval(Evaluator):
+    """Tatoeba-style accuracy on the quickstart corpus' held-out en-de pairs (a real dev metric)."""
+
+    name = "heldout"
+
+    def __init__(self, count=110):
+        self.src = read_lines(corpus_file("heldout", "en"))[:count]
+        self.tgt = read_lines(corpus_file("heldout", "de"))[:count]
+
+    def evaluate(self, embed):
+        return {"en-de": translation_accuracy(embed(self.src), embed(self.tgt)) | {"size": len(self.src)}}
+
+
+def test_selection_follows_the_mode_and_counts_stale_evaluations():
+    dev = DevEvaluation([], best_metric="m/x", mode="min", patience=2)
+    assert dev.record(10, {"m/x": 0.5}) and dev.selection == {"metric": "m/x", "mode": "min", "value": 0.5, "step": 10}
+    assert not dev.record(20, {"m/x": 0.7}) and not dev.exhausted
+    assert dev.record(30, {"m/x": 0.4}) and int(dev.stale.numpy()) == 0
+    assert not dev.record(40, {"m/x": 0.4})  # equal is no improvement
+    assert not dev.record(50, {"m/x": 0.9}) and dev.exhausted
+    assert dev.selection["step"] == 30
+    with pytest.raises(ValueError, match=r"'m/y' is not among the dev metrics: m/x"):
+        DevEvaluation([], best_metric="m/y").record(1, {"m/x": 1.0})
+    with pytest.raises(ValueError, match="needs train.best_metric"):
+        DevEvaluation([], patience=3)
+
+
+def test_a_resumed_selection_remembers_the_best(tmp_path):
+    dev = DevEvaluation([], best_metric="m/x")
+    dev.record(10, {"m/x": 0.8})
+    path = dev.state().write(str(tmp_path / "ckpt"))
+    resumed = DevEvaluation([], best_metric="m/x")
+    resumed.state().read(path).assert_consumed()
+    assert not resumed.record(20, {"m/x": 0.7})  # a fresh selection would take 0.7 as the best
+    assert resumed.selection["step"] == 10 and math.isclose(resumed.selection["value"], 0.8)
+
+
+def _train(model_dir, tokenizer, quickstart_records, **options):
+    def encoder(vocabulary_size, max_sequence_length):
+        return SentenceEncoder(vocabulary_size, max_sequence_length=max_sequence_length, hidden_dim=32,
+                               num_layers=1, num_heads=2, intermediate_dim=64)
+
+    return train(str(model_dir), objective=TranslationRanking, tokenizer=tokenizer, encoder=encoder,
+                 global_batch_size=16, log_every=100, checkpoint_every=1000,
+                 dataset_fn=lambda *args, **kwargs: make_distributed_dataset(
+                     *args, corpora=[quickstart_records], max_tokens=48, **kwargs),
+                 **options)
+
+
+def _results(model_dir):
+    return [json.loads(line) for line in (model_dir / "eval_results.jsonl").read_text().splitlines()]
+
+
+def test_dev_figures_equal_the_exports_and_the_best_step_is_kept(tmp_path, tokenizer, quickstart_records):
+    model_dir = tmp_path / "run"
+    evaluator = HeldoutRetrieval()
+    _train(model_dir, tokenizer, quickstart_records, num_steps=30, eval_every=10, export_every=10,
+           evaluators=[evaluator], best_metric="heldout/mean")
+    rows = _results(model_dir)
+    assert [row["step"] for row in rows] == [10, 20, 30]
+    for row in rows:
+        export = tf.saved_model.load(str(model_dir / "export" / str(row["step"])))
+        from_export = evaluator(lambda sentences: export(tf.constant(sentences)).numpy())
+        assert set(from_export) == set(row) - {"step"}
+        for name, value in from_export.items():
+            assert row[name] == pytest.approx(value, abs=1e-4), name
+    best = max(rows, key=lambda row: row["heldout/mean"])
+    metadata = json.loads((model_dir / "export" / "best" / "tf_msemb_export.json").read_text())
+    assert metadata["selection"] == {"metric": "heldout/mean", "mode": "max", "value": best["heldout/mean"],
+                                     "step": best["step"]}
+    sentences = tf.constant(["Die Frau liest ein Buch.", "A dog runs."])
+    kept = tf.saved_model.load(str(model_dir / "export" / "best"))(sentences).numpy()
+    versioned = tf.saved_model.load(str(model_dir / "export" / str(best["step"])))(sentences).numpy()
+    np.testing.assert_allclose(kept, versioned, atol=1e-6)
+    assert tf.train.load_checkpoint(str(model_dir / "best" / "ckpt")).get_tensor(
+        "optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == best["step"]
+
+
+@pytest.fixture
+def rising_learning_rate():
+    """A learning rate that warms up far past what the tiny model takes: held-out accuracy rises, then falls."""
+    gin.parse_config(["make_optimizer.learning_rate = 0.2", "make_optimizer.warmup_steps = 80",
+                      "make_optimizer.decay = 'constant'"])
+    yield
+    gin.clear_config()
+
+
+def test_the_peak_is_kept_across_a_resume_and_early_stopping_ends_the_run(tmp_path, tokenizer, quickstart_records,
+                                                                          rising_learning_rate):
+    model_dir = tmp_path / "run"
+    options = dict(eval_every=10, evaluators=[HeldoutRetrieval()], best_metric="heldout/mean", patience=5)
+    _train(model_dir, tokenizer, quickstart_records, num_steps=40, **options)
+    first = _results(model_dir)
+    peak = max(first, key=lambda row: row["heldout/mean"])
+    assert peak["step"] < 40  # the metric rose, then fell
+    _train(model_dir, tokenizer, quickstart_records, num_steps=80, **options)
+    rows = _results(model_dir)
+    assert rows[: len(first)] == first
+    # Stale evaluations are remembered too: the patience of 5 runs out at the fifth one after the peak.
+    stop = [row["step"] for row in rows if row["step"] > peak["step"]][4]
+    assert 40 < rows[-1]["step"] == stop < 80
+    assert max(rows, key=lambda row: row["heldout/mean"]) == peak
+    metadata = json.loads((model_dir / "export" / "best" / "tf_msemb_export.json").read_text())
+    assert metadata["selection"]["step"] == peak["step"] and metadata["training_step"] == peak["step"]
+    assert json.loads((model_dir / "export" / "final" / "tf_msemb_export.json").read_text())["training_step"] == stop
