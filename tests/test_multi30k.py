@@ -5,6 +5,7 @@ self on Tatoeba-style retrieval of the Multi30k val split (1,014 pairs, chance
 about 0.001).
 """
 
+import functools
 import os
 import re
 
@@ -13,8 +14,9 @@ import pytest
 from conftest import REPO
 from conftest import SHARED_DATA
 from conftest import run
-from tf_msemb.evaluate import evaluate_retrieval
+from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.evaluation.retrieval import TranslationRetrieval
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 LANGS = ("en", "de", "fr", "cs")
@@ -69,9 +71,13 @@ def test_recipe_beats_its_untrained_encoder_on_multi30k_val(multi30k, config):
     losses = [float(x) for x in re.findall(r"^step \d+/300 loss ([\d.]+)", out, flags=re.M)]
     assert len(losses) == 3 and losses[-1] < losses[0]
 
-    pair = [f"{MULTI30K}/val.en.gz,{MULTI30K}/val.de.gz"]
-    before = evaluate_retrieval(load_model(str(multi30k / f"{name}_untrained")), pair, verbose=False)
-    after = evaluate_retrieval(load_model(str(multi30k / name)), pair, verbose=False)
-    (before,), (after,) = before.values(), after.values()
+    retrieval = TranslationRetrieval([(f"{MULTI30K}/val.en.gz", f"{MULTI30K}/val.de.gz")])
+
+    def accuracies(model_dir):
+        embed = functools.partial(encode, load_model(str(multi30k / model_dir)), verbose=False)
+        (row,) = retrieval.evaluate(embed).values()
+        return row
+
+    before, after = accuracies(f"{name}_untrained"), accuracies(name)
     assert after["size"] == 1014
     assert after["mean"] > 0.2 and after["mean"] > before["mean"] + 0.15, (config, before, after)

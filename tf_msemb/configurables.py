@@ -8,6 +8,11 @@ from tf_msemb.data.labeled_pairs import make_distributed_labeled_dataset
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.data import labeled_pairs  # noqa: F401
 from tf_msemb.data import pipeline  # noqa: F401
+from tf_msemb.evaluation import classification  # noqa: F401
+from tf_msemb.evaluation import distillation  # noqa: F401
+from tf_msemb.evaluation import mining  # noqa: F401
+from tf_msemb.evaluation import retrieval  # noqa: F401
+from tf_msemb.evaluation import sts  # noqa: F401
 from tf_msemb.models import encoder  # noqa: F401
 from tf_msemb.models import pretrained  # noqa: F401
 from tf_msemb.objectives import bidirectional_dual_encoder  # noqa: F401

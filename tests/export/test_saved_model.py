@@ -1,4 +1,5 @@
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -72,7 +73,7 @@ def test_each_weight_is_saved_once_and_the_listed_variables_are_live(packed_expo
     """`variables` must name the encoder's own variables: copies doubled the export's size."""
     path, encoder = packed_exported
     saved = tf.train.list_variables(os.path.join(path, "variables", "variables"))
-    token_table = tuple(encoder.embeddings.token_embedding.embeddings.shape)
+    token_table = tuple(encoder.backbone.token_embedding.embeddings.shape)
     assert [tuple(shape) for _, shape in saved].count(token_table) == 1
     model = tf.saved_model.load(path)
     texts = tf.constant(SENTENCES)
@@ -183,6 +184,22 @@ def test_encoders_that_cannot_be_packed_fall_back_to_padded(exported):
     """The module fixture pools with attention (among others): not packable."""
     metadata = json.loads(open(os.path.join(exported[0], "tf_msemb_export.json")).read())
     assert metadata["inference"] == "padded"
+
+
+def test_a_layout_packing_cannot_read_falls_back_to_padded_with_a_warning(tokenizer, tmp_path, monkeypatch, caplog):
+    """A keras-hub release that renamed a private sublayer attribute still exports (packing is on by default)."""
+    from tf_msemb.models import packed
+
+    monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "attention", "_renamed_self_attention_layer")
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
+    with caplog.at_level(logging.WARNING):
+        path = export_saved_model(tokenizer, encoder, str(tmp_path / "m"))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("padded batches" in w and "_renamed_self_attention_layer" in w for w in warnings), warnings
+    assert json.loads((tmp_path / "m" / "tf_msemb_export.json").read_text())["inference"] == "padded"
+    vectors = tf.saved_model.load(path)(tf.constant(MIXED)).numpy()
+    np.testing.assert_allclose(vectors, _keras_vectors(tokenizer, encoder, MIXED), atol=1e-5)
 
 
 def test_packed_bfloat16_export_stays_close_to_float32(packed_exported, tokenizer, tmp_path):

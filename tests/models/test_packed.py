@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_msemb.models import packed
+from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
-from tf_msemb.models.pretrained import BackboneEncoder
 
 # Lengths from 2 tokens (an empty text: <s> </s>) to the tokenizer's limit of 48.
 TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten am Abend.", "The dog runs.",
@@ -34,7 +35,7 @@ def _bert_encoder(tokenizer, **kwargs):
     backbone = keras_hub.models.BertBackbone(vocabulary_size=tokenizer.vocabulary_size, num_layers=2, num_heads=2,
                                              hidden_dim=16, intermediate_dim=32,
                                              max_sequence_length=tokenizer.max_length)
-    return _randomized(BackboneEncoder(backbone, **kwargs))
+    return _randomized(Embedder(backbone, **kwargs))
 
 
 def _both(tokenizer, encoder, compute_dtype="float32"):
@@ -74,7 +75,7 @@ def test_float32_reads_the_live_weights_and_bfloat16_its_copies(tokenizer):
     ids = tokenizer.tokenize(tf.constant(TEXTS))
     full, half = PackedEncoder(encoder), PackedEncoder(encoder, "bfloat16")
     before = half(ids).numpy()
-    kernel = encoder.transformer_layers[0]._feedforward_intermediate_dense.kernel
+    kernel = encoder.backbone.transformer_layers[0]._feedforward_intermediate_dense.kernel
     kernel.assign(kernel * 3.0)
     np.testing.assert_allclose(full(ids).numpy(), encoder(tokenizer.pad(ids)).numpy(), atol=1e-5)
     np.testing.assert_array_equal(half(ids).numpy(), before)
@@ -103,7 +104,33 @@ def test_unsupported_encoders_are_named(tokenizer):
     distil = keras_hub.models.DistilBertBackbone(vocabulary_size=tokenizer.vocabulary_size, num_layers=1,
                                                  num_heads=2, hidden_dim=16, intermediate_dim=32,
                                                  max_sequence_length=tokenizer.max_length)
-    assert "DistilBertBackbone is not a BertBackbone" in packed_support(BackboneEncoder(distil))
-    assert "neither" in packed_support(keras.Sequential([keras.layers.Dense(2)]))
+    assert "DistilBertBackbone is not a BertBackbone" in packed_support(Embedder(distil))
+    assert "Sequential is not an Embedder" in packed_support(keras.Sequential([keras.layers.Dense(2)]))
     with pytest.raises(ValueError, match="Cannot pack this encoder: pooling 'attention'"):
         PackedEncoder(_sentence_encoder(tokenizer, pooling="attention"))
+
+
+def test_a_renamed_private_attribute_is_a_reason_not_a_crash(tokenizer, monkeypatch):
+    """A keras-hub release that renames a `TransformerEncoder` sublayer makes packing decline, not fail."""
+    encoder = _sentence_encoder(tokenizer)
+    monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "output_norm", "_renamed_feedforward_layer_norm")
+    assert "_renamed_feedforward_layer_norm" in packed_support(encoder)
+    with pytest.raises(ValueError, match="Cannot pack this encoder: its layers are not laid out"):
+        PackedEncoder(encoder)
+
+
+def test_missing_attributes_of_keras_hub_and_keras_are_reasons(tokenizer, monkeypatch):
+    encoder = _bert_encoder(tokenizer)
+    monkeypatch.delattr(encoder.backbone.transformer_layers[1], "_self_attention_layer")
+    assert "'_self_attention_layer'" in packed_support(encoder)
+    monkeypatch.undo()
+    assert packed_support(encoder) is None
+    monkeypatch.delattr(keras.layers.MultiHeadAttention, "query_dense")
+    assert "'query_dense'" in packed_support(encoder)
+
+
+def test_weights_packing_would_not_read_are_a_reason(tokenizer, monkeypatch):
+    """An attribute that now holds another layer leaves the real one's weights unread: no silent wrong vectors."""
+    encoder = _sentence_encoder(tokenizer)
+    monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "output", "_feedforward_intermediate_dense")
+    assert packed_support(encoder) == "transformer_layer_0 does not hold exactly the weights packing reads"

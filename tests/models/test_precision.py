@@ -39,7 +39,7 @@ def _losses(precision, jit_compile=False, steps=4):
 
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_weights():
     _, encoder = _losses("mixed_bfloat16", steps=1)
-    assert encoder.transformer_layers[0].compute_dtype == "bfloat16"
+    assert encoder.backbone.transformer_layers[0].compute_dtype == "bfloat16"
     assert all(v.dtype == "float32" for v in encoder.trainable_variables)
 
 

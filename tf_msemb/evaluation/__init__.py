@@ -1,1 +1,1 @@
-"""Evaluators that run on an exported raw-string SavedModel."""
+"""Evaluation tasks, an `evaluator.Evaluator` class each, shared by `tf_msemb.evaluate` and training."""

@@ -6,9 +6,14 @@ languages, not how well the classifier is tuned. Results are the mean and
 standard deviation over several seeds.
 """
 
+import os
+
+import gin
 import keras
 import numpy as np
 
+from tf_msemb.evaluation.evaluator import Evaluator
+from tf_msemb.evaluation.evaluator import path_list
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
 
@@ -68,3 +73,28 @@ def zero_shot_transfer(train, tests, seeds=(0, 1, 2, 3, 4), hidden_units=256, dr
         name: {"accuracy": float(np.mean(a)), "std": float(np.std(a)), "size": len(tests[name][1])}
         for name, a in accuracies.items()
     }
+
+
+@gin.configurable(module="tf_msemb.evaluation")
+class ZeroShotClassification(Evaluator):
+    """Zero-shot cross-lingual transfer: an MLP trained on language A's embeddings, tested on language B's.
+
+    Args:
+        train: `label<TAB>text` file of language A.
+        tests: `label<TAB>text` files of other languages (a set each, named by file).
+        seeds: classifier trainings, with seeds 0 .. seeds-1.
+        name: the metric prefix.
+
+    Rows with `accuracy` (mean over seeds, in [0, 1]) and its `std` over seeds.
+    """
+
+    def __init__(self, train, tests, seeds=5, name="classify"):
+        self.name, self.seeds = name, tuple(range(seeds))
+        self.train = read_labeled_texts(train)
+        self.tests = {os.path.basename(path): read_labeled_texts(path) for path in path_list(tests)}
+
+    def evaluate(self, embed):
+        labels, texts = self.train
+        train = (embed(texts), labels)
+        tests = {name: (embed(test_texts), test_labels) for name, (test_labels, test_texts) in self.tests.items()}
+        return zero_shot_transfer(train, tests, seeds=self.seeds)

@@ -18,6 +18,17 @@ def resolve_export(path):
     raise FileNotFoundError(f"No SavedModel at {path} nor at {final}.")
 
 
+def numbered_exports(model_dir):
+    """`[(step, path)]` of a training `model_dir`'s versioned exports `export/<step>`, in step order."""
+    export_dir = os.path.join(model_dir, "export")
+    names = os.listdir(export_dir) if os.path.isdir(export_dir) else []
+    steps = sorted((int(name), os.path.join(export_dir, name)) for name in names
+                   if name.isdigit() and os.path.exists(os.path.join(export_dir, name, "saved_model.pb")))
+    if not steps:
+        raise FileNotFoundError(f"No versioned exports (export/<step>) in {model_dir}.")
+    return steps
+
+
 def load_model(path):
     """Loads an exported model; calling it maps strings to unit vectors."""
     return tf.saved_model.load(resolve_export(path))

@@ -9,6 +9,8 @@ tokenizer + inference path, so a dev figure equals what the export gives.
 
 import numpy as np
 
+from tf_msemb.text_files import CorpusError
+
 
 class Evaluator:
     """Subclasses set `name` and implement `evaluate`.
@@ -18,21 +20,52 @@ class Evaluator:
     evaluator flattens that to `{"<name>/<set>/<metric>": value}` plus, for
     every metric all sets share, its mean over sets as `"<name>/<metric>"`
     (e.g. `"retrieval/mean"`), which is what training logs and selects on.
+    Rows in `derived_rows` (computed from the other sets, like STS's
+    "joined") and metrics in `setting_metrics` (values chosen, not scored,
+    like mining's "threshold") are flattened but left out of the means.
     """
 
     name = "eval"
+    derived_rows = ()
+    setting_metrics = ()
 
     def evaluate(self, embed):
         raise NotImplementedError
 
+    def summary(self, per_set):
+        """`{"<name>/<metric>": mean over sets}` of an `evaluate` result."""
+        return set_means(self.name, per_set, self.derived_rows, self.setting_metrics)
+
     def __call__(self, embed):
-        return flatten(self.name, self.evaluate(embed))
+        return flatten(self.name, self.evaluate(embed), self.derived_rows, self.setting_metrics)
 
 
-def flatten(name, per_set):
-    """`{set: {metric: value}}` -> `{"name/set/metric": value, "name/metric": mean over sets}` (sizes left out)."""
+def set_means(name, per_set, derived_rows=(), setting_metrics=()):
+    """`{"name/metric": mean over sets}` for the metrics every set has (sizes, derived rows and settings left out)."""
+    rows = [row for set_name, row in per_set.items() if set_name not in derived_rows]
+    skipped = {"size", *setting_metrics}
+    shared = [metric for metric in (rows[0] if rows else {})
+              if metric not in skipped and all(metric in r for r in rows)]
+    return {f"{name}/{metric}": float(np.mean([r[metric] for r in rows])) for metric in shared}
+
+
+def flatten(name, per_set, derived_rows=(), setting_metrics=()):
+    """`{set: {metric: value}}` -> `{"name/set/metric": value}` (sizes left out) plus `set_means`."""
     flat = {f"{name}/{set_name}/{metric}": float(value) for set_name, row in per_set.items()
             for metric, value in row.items() if metric != "size"}
-    rows = list(per_set.values())
-    shared = [metric for metric in (rows[0] if rows else {}) if metric != "size" and all(metric in r for r in rows)]
-    return flat | {f"{name}/{metric}": float(np.mean([r[metric] for r in rows])) for metric in shared}
+    return flat | set_means(name, per_set, derived_rows, setting_metrics)
+
+
+def path_list(paths):
+    """A file name or a list of them, as a list (so a gin binding may give one file as a plain string)."""
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
+def file_tuples(specs, fields):
+    """Checks that each of `specs` is a sequence of one file per name in `fields`; returns them as tuples."""
+    tuples = []
+    for spec in specs:
+        if isinstance(spec, str) or len(spec) != len(fields):
+            raise CorpusError(f"{spec!r} is not a ({', '.join(fields)}) tuple of files.")
+        tuples.append(tuple(spec))
+    return tuples

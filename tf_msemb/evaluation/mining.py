@@ -13,11 +13,14 @@ Candidates come from the forward (x -> y), backward (y -> x) searches, their
 intersection, or the max-score union with each sentence used once.
 """
 
+import gin
 import numpy as np
 
+from tf_msemb.evaluation import search
+from tf_msemb.evaluation.evaluator import Evaluator
+from tf_msemb.evaluation.evaluator import file_tuples
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
-from tf_msemb.evaluation import search
 
 MARGINS = ("ratio", "distance", "absolute", "rescore", "rescore_one_sided")
 SELECTIONS = ("forward", "backward", "intersect", "max")
@@ -157,3 +160,62 @@ def mine(x, y, k=4, margin="ratio", selection="max", threshold=None, index="exac
     """Mined `(score, i, j)` pairs of two pools, best first, keeping scores >= `threshold` when given."""
     chosen = select(*margin_candidates(x, y, k, margin, index, **search_options), selection)
     return chosen if threshold is None else [c for c in chosen if c[0] >= threshold]
+
+
+def _choice(value, choices, what):
+    """`value` if it is one of `choices`; a ValueError naming `what` otherwise."""
+    if value not in choices:
+        raise ValueError(f"Unknown {what} {value!r}; choose from {choices}.")
+    return value
+
+
+@gin.configurable(module="tf_msemb.evaluation")
+class MiningEvaluator(Evaluator):
+    """BUCC-style bitext mining (seed 001, Sec. 4.2; seed 004, Sec. 6): P/R/F1 of the mined pairs.
+
+    Each split's two pools are mined (`margin_candidates`, `select`); the
+    score threshold that maximizes F1 on the train split is kept and applied,
+    as it is, to the test split, as BUCC prescribes.
+
+    Args:
+        train: `(source file, target file, gold file)`: `id<TAB>sentence` pools and `id1<TAB>id2` gold pairs.
+        test: the same for the test split, or None.
+        k: neighbours per direction of the margin.
+        margin: one of `MARGINS`.
+        selection: one of `SELECTIONS`.
+        index: the search (`search.INDEXES`).
+        nprobe: cells visited per query by the ivf indexes.
+        name: the metric prefix.
+
+    Rows `train` and `test` with `precision`, `recall`, `f1`, the `threshold`
+    (out of the means) and the gold pairs as `size`.
+    """
+
+    setting_metrics = ("threshold",)
+
+    def __init__(self, train, test=None, k=4, margin="ratio", selection="intersect", index="exact", nprobe=16,
+                 name="mining"):
+        self.name, self.k, self.nprobe = name, k, nprobe
+        self.margin = _choice(margin, MARGINS, "margin")
+        self.selection = _choice(selection, SELECTIONS, "selection")
+        self.index = search.checked_index(index)
+        splits = {"train": train} | ({"test": test} if test else {})
+        self.splits = {}
+        for split, (src, tgt, gold) in zip(splits, file_tuples(splits.values(), ("source", "target", "gold"))):
+            self.splits[split] = (read_id_sentences(src), read_id_sentences(tgt), read_gold(gold))
+
+    def _mine(self, split, embed):
+        """Candidates `(score, src_id, tgt_id)` of a split, and its gold pairs."""
+        (src_ids, src), (tgt_ids, tgt), gold = self.splits[split]
+        forward, backward = margin_candidates(embed(src), embed(tgt), self.k, self.margin, self.index,
+                                              nprobe=self.nprobe)
+        return [(s, src_ids[i], tgt_ids[j]) for s, i, j in select(forward, backward, self.selection)], gold
+
+    def evaluate(self, embed):
+        threshold, metrics = best_threshold(*self._mine("train", embed))
+        results = {"train": metrics | {"threshold": threshold, "size": len(self.splits["train"][2])}}
+        if "test" in self.splits:
+            candidates, gold = self._mine("test", embed)
+            kept = [(i, j) for s, i, j in candidates if s >= threshold]
+            results["test"] = precision_recall_f1(kept, gold) | {"threshold": threshold, "size": len(gold)}
+        return results

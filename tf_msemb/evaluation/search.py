@@ -22,6 +22,13 @@ INDEXES = ("exact", "flat", "ivf", "ivfpq", "hnsw")
 QUERY_BLOCK = 1024  # queries scored at once by the TensorFlow engine: a [1024, chunk] float32 block
 
 
+def checked_index(index):
+    """`index` if it names one of `INDEXES`; a ValueError otherwise."""
+    if index not in INDEXES:
+        raise ValueError(f"Unknown index {index!r}; choose from {INDEXES}.")
+    return index
+
+
 def _float32(chunk):
     return np.ascontiguousarray(chunk, dtype=np.float32)
 

@@ -5,9 +5,18 @@ of different languages are row-aligned, so `cross_lingual` pairs sentence 1 of
 one language with sentence 2 of another (seed 001, Sec. 4.2).
 """
 
+import os
+
+import gin
 import numpy as np
 from scipy import stats
 
+from tf_msemb.data.labeled_pairs import read_semeval_sts
+from tf_msemb.data.labeled_pairs import read_stsb_csv
+from tf_msemb.data.labeled_pairs import read_stsb_tsv
+from tf_msemb.data.labeled_pairs import semeval_sts_tracks
+from tf_msemb.evaluation.evaluator import Evaluator
+from tf_msemb.evaluation.evaluator import path_list
 from tf_msemb.text_files import CorpusError
 
 
@@ -46,3 +55,53 @@ def language_bias(scored_sets):
         key: joined[key] - float(np.mean([s[key] for s in separate])) for key in ("spearman", "pearson")
     }
     return joined, difference | {"size": joined["size"]}
+
+
+def sts_sets(tsv_files=(), stsb_dir=None, stsb_pairs=(), split="dev", semeval_dir=None):
+    """`{name: (sentences1, sentences2, gold)}` of STS benchmark TSVs, SemEval tracks and STS-b language pairs."""
+    sets = {os.path.basename(path): read_stsb_tsv(path) for path in path_list(tsv_files)}
+    if semeval_dir:
+        for track, paths in semeval_sts_tracks(semeval_dir).items():
+            sets[f"semeval {track}"] = read_semeval_sts(*paths)
+    for pair in path_list(stsb_pairs):
+        languages = pair.split("-")
+        if len(languages) != 2 or stsb_dir is None:
+            raise CorpusError(f"STS-b pair {pair!r} needs the form L1-L2 and an STS-b directory.")
+        first, second = (read_stsb_csv(os.path.join(stsb_dir, f"stsb-{lang}-{split}.csv")) for lang in languages)
+        sets[f"stsb {split} {pair}"] = cross_lingual(first, second)
+    return sets
+
+
+@gin.configurable(module="tf_msemb.evaluation")
+class STSEvaluator(Evaluator):
+    """Spearman and Pearson x100 of cosine vs gold for each STS set (seed 001, Sec. 4.1).
+
+    Args:
+        tsv_files: STS benchmark TSV files (a set each, named by file).
+        stsb_dir: directory of multilingual STS-b CSVs, `stsb-<lang>-<split>.csv`.
+        stsb_pairs: language pairs `L1-L2` of `stsb_dir`: sentence 1 in L1, sentence 2 in L2 (`cross_lingual`).
+        split: split of the STS-b files.
+        semeval_dir: directory of SemEval `STS.input.<track>.txt` + `STS.gs.<track>.txt` files, a set per track.
+        joined: also report all sets scored as one pool ("joined") and the "language bias", joined minus
+            the mean of the separate sets (seed 001, Sec. 7, Table 8); these rows stay out of the means.
+        name: the metric prefix.
+    """
+
+    derived_rows = ("joined", "language bias")
+
+    def __init__(self, tsv_files=(), stsb_dir=None, stsb_pairs=(), split="dev", semeval_dir=None, joined=False,
+                 name="sts"):
+        self.name, self.joined = name, joined
+        self.sets = sts_sets(tsv_files, stsb_dir, stsb_pairs, split, semeval_dir)
+        if not self.sets:
+            raise CorpusError("STSEvaluator needs tsv_files, semeval_dir, or stsb_dir with stsb_pairs.")
+
+    def evaluate(self, embed):
+        results, scored = {}, []
+        for name, (first, second, gold) in self.sets.items():
+            cosine = row_cosines(embed(first), embed(second))
+            results[name] = correlations(cosine, gold)
+            scored.append((cosine, gold))
+        if self.joined:
+            results["joined"], results["language bias"] = language_bias(scored)
+        return results

@@ -1,5 +1,7 @@
-"""Sentence encoders, pooling layers and heads."""
+"""Sentence encoders, their backbone, pooling layers and heads."""
 
+from tf_msemb.models.backbone import TransformerBackbone
+from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.pooling import AttentionPooling
 from tf_msemb.models.pooling import FirstTokenPooling
@@ -9,7 +11,9 @@ from tf_msemb.models.pooling import MultiPooling
 from tf_msemb.models.pooling import make_pooling
 
 __all__ = [
+    "Embedder",
     "SentenceEncoder",
+    "TransformerBackbone",
     "AttentionPooling",
     "FirstTokenPooling",
     "MaskedMaxPooling",

@@ -9,9 +9,18 @@ back. Query, key and value projections are fused into one matmul, layer norms
 use the fused batch-norm kernel (channels = tokens), and pooling works on
 segments. Same vectors as the Keras forward pass (float32: within 1e-5).
 
-It reads the weights of a built `SentenceEncoder` or of a `BackboneEncoder`
-around a keras-hub `BertBackbone` (MiniLM, LaBSE-style BERTs); `packed_support`
-says why any other encoder cannot be packed. Inference only: no dropout.
+It reads the weights of a built `Embedder` whose backbone is a
+`TransformerBackbone` (`SentenceEncoder`) or a keras-hub `BertBackbone`
+(MiniLM, LaBSE-style BERTs); `packed_support` says why any other encoder
+cannot be packed. Inference only: no dropout.
+
+Keras' `MultiHeadAttention` is read through its public properties; keras-hub's
+`TransformerEncoder` has no public accessors for its sublayers, so
+`ENCODER_SUBLAYERS` names the private attributes read, the only ones.
+`packed_support` reads everything once and checks that each transformer
+layer holds exactly the weights read: a keras-hub or Keras release that
+renames or adds a part makes exports fall back to padded inference (with a
+warning) instead of failing.
 
 With a `compute_dtype` other than float32, the matmul weights are cast once,
 when the `PackedEncoder` is made, into variables of their own (the cast per
@@ -25,9 +34,9 @@ import keras
 import keras_hub
 import tensorflow as tf
 
-from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.backbone import TransformerBackbone
+from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.pretrained import BackboneEncoder
 
 ACTIVATIONS = {
     "gelu": lambda x: tf.nn.gelu(x, approximate=False),
@@ -35,6 +44,17 @@ ACTIVATIONS = {
     "relu": tf.nn.relu,
 }
 POOLINGS = ("mean", "max", "first")
+BACKBONES = (keras_hub.models.BertBackbone, TransformerBackbone)
+# A keras-hub `TransformerEncoder`'s sublayers by role, and the private attribute that holds each.
+ENCODER_SUBLAYERS = {
+    "attention": "_self_attention_layer",
+    "attention_norm": "_self_attention_layer_norm",
+    "intermediate": "_feedforward_intermediate_dense",
+    "output": "_feedforward_output_dense",
+    "output_norm": "_feedforward_layer_norm",
+}
+DENSE_ROLES = ("query", "key", "value", "attention_output", "intermediate", "output")
+NORM_ROLES = ("attention_norm", "output_norm")
 
 
 def _activation_name(function):
@@ -42,39 +62,79 @@ def _activation_name(function):
     return name.get("config") if isinstance(name, dict) else name
 
 
-def _parts(encoder):
-    """(token table, position table, constant row or None, embedding norm, transformer layers)."""
-    if isinstance(encoder, SentenceEncoder):
-        embeddings = encoder.embeddings
-        return (embeddings.token_embedding.embeddings, embeddings.position_embedding.position_embeddings, None,
-                encoder.embeddings_norm, encoder.transformer_layers)
-    backbone = encoder.backbone
-    # BERT's segment ids are all zero here (see BackboneEncoder): its segment embedding is one constant row.
-    return (backbone.token_embedding.embeddings, backbone.position_embedding.position_embeddings,
-            backbone.segment_embedding.embeddings[0], backbone.embeddings_layer_norm, backbone.transformer_layers)
-
-
-def packed_support(encoder):
-    """None when `encoder` can run packed, else the reason it cannot (for a log line)."""
-    if isinstance(encoder, BackboneEncoder):
-        if not isinstance(encoder.backbone, keras_hub.models.BertBackbone):
-            return f"{type(encoder.backbone).__name__} is not a BertBackbone"
-    elif not isinstance(encoder, SentenceEncoder):
-        return f"{type(encoder).__name__} is neither a SentenceEncoder nor a BackboneEncoder"
-    if encoder.pooling_spec not in POOLINGS:
-        return f"pooling {encoder.pooling_spec!r} is not one of {', '.join(POOLINGS)}"
-    for layer in _parts(encoder)[-1]:
-        if layer.normalize_first:
-            return f"{layer.name} normalizes first (pre-LN); packing follows post-LN BERT layers"
-        activation = _activation_name(layer.activation)
-        if activation not in ACTIVATIONS:
-            return f"{layer.name} uses activation {activation!r}, not one of {', '.join(ACTIVATIONS)}"
-    return None
+def _dense(layer):
+    """A dense or einsum-dense layer's (kernel, bias)."""
+    return (layer.kernel, layer.bias)
 
 
 def _norm(layer):
     """A `LayerNormalization`'s (gamma, beta, epsilon)."""
     return (layer.gamma, layer.beta, layer.epsilon)
+
+
+def _read_layer(layer):
+    """One keras-hub `TransformerEncoder` as packing reads it: weights by role, head count, activation, LN placement."""
+    sublayers = {role: getattr(layer, name) for role, name in ENCODER_SUBLAYERS.items()}
+    attention = sublayers["attention"]
+    return {
+        "heads": attention.num_heads,
+        "query": _dense(attention.query_dense),
+        "key": _dense(attention.key_dense),
+        "value": _dense(attention.value_dense),
+        "attention_output": _dense(attention.output_dense),
+        "attention_norm": _norm(sublayers["attention_norm"]),
+        "intermediate": _dense(sublayers["intermediate"]),
+        "output": _dense(sublayers["output"]),
+        "output_norm": _norm(sublayers["output_norm"]),
+        "activation": _activation_name(layer.activation),
+        "normalize_first": layer.normalize_first,
+    }
+
+
+def _read_backbone(backbone):
+    """The weights packing reads from a BERT-layout backbone; AttributeError where one is not where expected."""
+    # The `Embedder` feeds segment id 0: BERT's segment embedding adds its first row to every token.
+    constant_row = backbone.segment_embedding.embeddings[0] if "segment_ids" in backbone.input else None
+    return {
+        "token_table": backbone.token_embedding.embeddings,
+        "position_table": backbone.position_embedding.position_embeddings,
+        "constant_row": constant_row,
+        "embeddings_norm": _norm(backbone.embeddings_layer_norm),
+        "layers": [_read_layer(layer) for layer in backbone.transformer_layers],
+    }
+
+
+def _holds_exactly(layer, read):
+    """Whether the weights read are all of `layer`'s weights (no bias missing, no extra part such as a gate)."""
+    variables = [v for role in DENSE_ROLES for v in read[role]] + [v for role in NORM_ROLES for v in read[role][:2]]
+    return {id(v) for v in variables} == {id(v) for v in layer.weights}
+
+
+def _read(encoder):
+    """`(weights, None)` when `encoder` can run packed, else `(None, the reason it cannot)`."""
+    if not isinstance(encoder, Embedder):
+        return None, f"{type(encoder).__name__} is not an Embedder"
+    if not isinstance(encoder.backbone, BACKBONES):
+        return None, f"{type(encoder.backbone).__name__} is not a BertBackbone or a TransformerBackbone"
+    if encoder.pooling_spec not in POOLINGS:
+        return None, f"pooling {encoder.pooling_spec!r} is not one of {', '.join(POOLINGS)}"
+    try:
+        weights = _read_backbone(encoder.backbone)
+    except AttributeError as error:
+        return None, f"its layers are not laid out as packing expects ({error})"
+    for layer, read in zip(encoder.backbone.transformer_layers, weights["layers"]):
+        if read["normalize_first"]:
+            return None, f"{layer.name} normalizes first (pre-LN); packing follows post-LN BERT layers"
+        if read["activation"] not in ACTIVATIONS:
+            return None, f"{layer.name} uses activation {read['activation']!r}, not one of {', '.join(ACTIVATIONS)}"
+        if not _holds_exactly(layer, read):
+            return None, f"{layer.name} does not hold exactly the weights packing reads"
+    return weights, None
+
+
+def packed_support(encoder):
+    """None when `encoder` can run packed, else the reason it cannot (for a log line)."""
+    return _read(encoder)[1]
 
 
 def _layer_norm(x, norm):
@@ -120,32 +180,32 @@ class PackedEncoder(tf.Module):
 
     def __init__(self, encoder, compute_dtype="float32", name=None):
         super().__init__(name=name)
-        reason = packed_support(encoder)
+        weights, reason = _read(encoder)
         if reason:
             raise ValueError(f"Cannot pack this encoder: {reason}.")
         self.compute_dtype = tf.as_dtype(compute_dtype)
-        self.token_table, self.position_table, self.constant_row, embeddings_norm, transformer_layers = _parts(encoder)
-        self.embeddings_norm = _norm(embeddings_norm)
+        self.token_table, self.position_table = weights["token_table"], weights["position_table"]
+        self.constant_row = weights["constant_row"]
+        self.embeddings_norm = weights["embeddings_norm"]
         self.pooling = encoder.pooling_spec
         self.normalize = encoder.normalize
-        self.layers = [self._layer(layer) for layer in transformer_layers]
+        self.layers = [self._layer(layer) for layer in weights["layers"]]
 
-    def _dense(self, *layers, input_axes=1):
-        return _Dense([layer.kernel for layer in layers], [layer.bias for layer in layers], self.compute_dtype,
-                      input_axes)
+    def _dense(self, *weights, input_axes=1):
+        """One `_Dense` of the `(kernel, bias)` pairs `weights`, side by side."""
+        return _Dense([kernel for kernel, _ in weights], [bias for _, bias in weights], self.compute_dtype, input_axes)
 
-    def _layer(self, layer):
-        """The weights of one keras-hub `TransformerEncoder` (post-LN: Vaswani et al. 2017, Sec. 3.1)."""
-        attention = layer._self_attention_layer
+    def _layer(self, read):
+        """One transformer layer (post-LN: Vaswani et al. 2017, Sec. 3.1), from what `_read_layer` read."""
         return {
-            "heads": attention._num_heads,
-            "qkv": self._dense(attention._query_dense, attention._key_dense, attention._value_dense),
-            "attention_output": self._dense(attention._output_dense, input_axes=2),
-            "attention_norm": _norm(layer._self_attention_layer_norm),
-            "intermediate": self._dense(layer._feedforward_intermediate_dense),
-            "activation": ACTIVATIONS[_activation_name(layer.activation)],
-            "output": self._dense(layer._feedforward_output_dense),
-            "output_norm": _norm(layer._feedforward_layer_norm),
+            "heads": read["heads"],
+            "qkv": self._dense(read["query"], read["key"], read["value"]),
+            "attention_output": self._dense(read["attention_output"], input_axes=2),
+            "attention_norm": read["attention_norm"],
+            "intermediate": self._dense(read["intermediate"]),
+            "activation": ACTIVATIONS[read["activation"]],
+            "output": self._dense(read["output"]),
+            "output_norm": read["output_norm"],
         }
 
     def _attention(self, qkv, layer, row_splits, index, key_bias):

