@@ -15,6 +15,7 @@ import json
 import math
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from tf_msemb.evaluation.encoding import encode
@@ -42,7 +43,8 @@ class DevEvaluation:
         self.evaluators = list(evaluators)
         self.best_metric, self.mode, self.patience, self.batch_size = best_metric, mode, patience, batch_size
         worst = -math.inf if mode == "max" else math.inf
-        self.best_value = tf.Variable(worst, dtype=tf.float64, trainable=False, name="best_value")
+        # float32 like every other checkpointed variable; values are compared after the same rounding.
+        self.best_value = tf.Variable(worst, dtype=tf.float32, trainable=False, name="best_value")
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
         self.stale = tf.Variable(0, dtype=tf.int64, trainable=False, name="evaluations_without_improvement")
         self.last_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="last_evaluated_step")
@@ -69,7 +71,7 @@ class DevEvaluation:
         if self.best_metric not in results:
             raise ValueError(f"train.best_metric {self.best_metric!r} is not among the dev metrics: "
                              f"{', '.join(sorted(results))}.")
-        value = results[self.best_metric]
+        value = np.float32(results[self.best_metric])
         better = value > self.best_value.numpy() if self.mode == "max" else value < self.best_value.numpy()
         if better:
             self.best_value.assign(value)
