@@ -1,12 +1,18 @@
 """`parse_config`: readable errors, includes beside the config, and the `--smoke` shrink switch."""
 
+import glob
+import os
+import re
+
 import gin
 import pytest
 
 from conftest import REPO
+from conftest import SHARED_DATA
 from tf_msemb.config import parse_config
 
 PRETRAINED_RECIPES = ("sts_stage1.gin", "ema_distill.gin", "distill_minilm_multi30k.gin")
+RECIPES = sorted(os.path.basename(path) for path in glob.glob(f"{REPO}/configs/*.gin"))
 
 
 @pytest.fixture(autouse=True)
@@ -96,3 +102,14 @@ def test_smoke_cuts_the_pretrained_tokenizer_but_keeps_the_model_whole():
     tokenizer, encoder = load_pretrained(gin.query_parameter("train.pretrained"))
     assert tokenizer.max_length == 32
     assert encoder.backbone.num_layers == 6 and encoder.output_dim == 384
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_evaluates_on_dev_files_that_exist_and_selects_a_best_step(name):
+    parse_config([recipe(name)], [])
+    assert gin.query_parameter("train.evaluators") and gin.query_parameter("train.eval_every") > 0
+    assert gin.query_parameter("train.best_metric") and gin.query_parameter("train.best_mode") in ("max", "min")
+    dev_files = set(re.findall(r"'(\.\./shared/data/[^']+)'", gin.config_str()))
+    if not os.path.isdir(SHARED_DATA):
+        dev_files = set()
+    assert [path for path in dev_files if not os.path.exists(os.path.join(REPO, path))] == []

@@ -1,6 +1,7 @@
 """Imports every module that declares gin configurables, and registers the
-tokenizers (plain Keras layers) and the dataset builders (passed, not
-called, as `train.dataset_fn`) so configs can name them."""
+tokenizers (plain Keras layers), the dataset builders (passed, not called,
+as `train.dataset_fn`) and the quickstart corpus' file pairs so configs can
+name them."""
 
 import gin
 
@@ -22,6 +23,7 @@ from tf_msemb.objectives import ems  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
 from tf_msemb.objectives import siamese_similarity  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401
+from tf_msemb.quickstart import corpus_pairs
 from tf_msemb.text.tokenizers import SentencePieceTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 from tf_msemb.training import optimizers  # noqa: F401
@@ -32,3 +34,4 @@ gin.external_configurable(make_distributed_dataset, module="tf_msemb.data")
 gin.external_configurable(make_distributed_labeled_dataset, module="tf_msemb.data")
 gin.external_configurable(SentencePieceTokenizer, module="tf_msemb.text")
 gin.external_configurable(WordPieceTokenizer, module="tf_msemb.text")
+gin.external_configurable(corpus_pairs, module="tf_msemb.quickstart")

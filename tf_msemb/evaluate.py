@@ -54,6 +54,7 @@ from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
 from tf_msemb.evaluation.classification import ZeroShotClassification
 from tf_msemb.evaluation.distillation import DistillationMSE
+from tf_msemb.evaluation.encoding import Memoized
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import numbered_exports
@@ -112,7 +113,8 @@ def file_pairs(specs, flag):
 
 
 def build_evaluators():
-    """The evaluators of `--task`, built (their files read and checked) before any model is loaded."""
+    """The evaluators of `--task`, built (their files read and checked, a distillation teacher's vectors
+    computed) before the model under evaluation is loaded."""
     if FLAGS.task == "retrieval":
         if not (FLAGS.pair or FLAGS.pool_pair or FLAGS.doc_pair):
             raise CorpusError("retrieval needs --pair, --pool_pair or --doc_pair=SRC_FILE,TGT_FILE")
@@ -148,7 +150,7 @@ def build_evaluators():
 
 def evaluate_export(evaluators, path, batch_size=64):
     """Every evaluator on the export at `path`: `({set: metrics}, {"<evaluator>/<metric>": mean over sets})`."""
-    embed = functools.partial(encode, load_model(path), batch_size=batch_size)
+    embed = Memoized(functools.partial(encode, load_model(path), batch_size=batch_size))
     results, summary = {}, {}
     for evaluator in evaluators:
         per_set = evaluator.evaluate(embed)

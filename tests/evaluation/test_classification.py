@@ -46,6 +46,17 @@ def test_seeds_make_runs_repeatable_and_the_std_is_over_seeds():
     assert first["t"]["std"] == pytest.approx(np.std(single))
 
 
+def test_the_global_random_state_is_left_alone():
+    """It runs inside training (a dev evaluator), whose random streams must not be reset at each evaluation."""
+    x = np.random.default_rng(2).standard_normal((20, 4))
+    labels = ["a" if v > 0 else "b" for v in x[:, 0]]
+    np.random.seed(123)
+    expected = np.random.rand()
+    np.random.seed(123)
+    zero_shot_transfer((x, labels), {"t": (x, labels)}, seeds=(0,), epochs=1)
+    assert np.random.rand() == expected
+
+
 def test_unseen_test_labels_are_named():
     x = np.eye(3)
     with pytest.raises(CorpusError, match=r"Test set t has labels never seen in training: \['c'\]"):

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_msemb.evaluation.encoding import Memoized
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import resolve_export
 
@@ -18,6 +19,22 @@ def test_length_sorted_batches_come_back_in_input_order():
     out = encode(fake_model, sentences, batch_size=2, verbose=False)
     expected = np.array([[len(s), s.count("a")] for s in sentences], np.float32)
     np.testing.assert_array_equal(out, expected)
+
+
+def test_memoized_embed_encodes_each_distinct_sentence_once_and_keeps_the_order():
+    seen = []
+
+    def embed(sentences):
+        seen.extend(sentences)
+        return encode(fake_model, sentences, verbose=False)
+
+    memo = Memoized(embed)
+    first = memo(["aa", "b", "aa"])
+    second = memo(["b", "ccc a", "aa"])
+    assert seen == ["aa", "b", "ccc a"]
+    np.testing.assert_array_equal(first, [[2, 2], [1, 0], [2, 2]])
+    np.testing.assert_array_equal(second, [[1, 0], [5, 1], [2, 2]])
+    assert memo([]).shape[0] == 0
 
 
 def test_resolve_export(tmp_path):

@@ -82,6 +82,22 @@ def test_translation_retrieval_checks_its_files_when_built(tmp_path):
         TranslationRetrieval([f"{src},{short}"])
     with pytest.raises(CorpusError, match="not found"):
         TranslationRetrieval([(src, str(tmp_path / "missing.txt"))])
+    with pytest.raises(CorpusError, match=r"TranslationRetrieval.pairs is empty"):
+        TranslationRetrieval([])
+    with pytest.raises(CorpusError, match=r"DistillationMSE.pairs gives \S*s\.txt / \S*s\.txt twice"):
+        DistillationMSE([(src, src), (src, src)], teacher=lambda sentences: np.eye(len(sentences)))
+
+
+def test_sets_whose_file_names_clash_are_named_by_their_paths(tmp_path):
+    """Two folders with the same file names must give two sets, not one that hides the other."""
+    embed = lookup({"a": [1, 0], "b": [0, 1], "A": [1, 0], "B": [1, 0.1]})
+    pairs = []
+    for language, target in (("de", "AB"), ("fr", "ab")):
+        (tmp_path / language).mkdir()
+        pairs.append((write(tmp_path / language / "test.src", "ab"), write(tmp_path / language / "test.tgt", target)))
+    results = TranslationRetrieval(pairs).evaluate(embed)
+    assert list(results) == [" / ".join(pair) for pair in pairs]
+    assert [row["mean"] for row in results.values()] == [0.75, 1.0]
 
 
 def test_pool_retrieval_counts_distractors_in_the_pool(tmp_path):
@@ -142,6 +158,9 @@ def test_sts_needs_a_set_and_well_formed_pairs(tmp_path):
         STSEvaluator()
     with pytest.raises(CorpusError, match="L1-L2"):
         STSEvaluator(stsb_dir=str(tmp_path), stsb_pairs="en")
+    one = write(tmp_path / "one.tsv", ["main-captions\tMSRvid\t2012test\t0001\t5.000\tA man.\tA man."])
+    with pytest.raises(CorpusError, match=r"STS set one.tsv has 1 pair\(s\); a correlation needs at least 2"):
+        STSEvaluator(tsv_files=one)
 
 
 def test_mining_applies_the_train_threshold_to_test(tmp_path):
@@ -165,8 +184,11 @@ def test_mining_applies_the_train_threshold_to_test(tmp_path):
     assert results["test"] == pytest.approx({"precision": 1.0, "recall": 0.5, "f1": 2 / 3, "threshold": 0.9,
                                              "size": 2})
     flat = evaluator(embed)
-    assert flat["mining/f1"] == pytest.approx(5 / 6) and "mining/threshold" not in flat
-    assert list(MiningEvaluator(train, k=1, margin="absolute").evaluate(embed)) == ["train"]
+    # The summary is the test row's: the train row scores the threshold on the data it was tuned on.
+    assert flat["mining/f1"] == pytest.approx(2 / 3) and "mining/threshold" not in flat
+    assert flat["mining/train/f1"] == 1.0
+    alone = MiningEvaluator(train, k=1, margin="absolute")
+    assert list(alone.evaluate(embed)) == ["train"] and alone(embed)["mining/f1"] == 1.0
 
 
 def test_mining_checks_its_settings_and_files_when_built(tmp_path):

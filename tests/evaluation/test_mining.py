@@ -96,6 +96,16 @@ def test_unfilled_neighbours_are_ignored():
     assert backward[0][1:] == (0, 0)
 
 
+def test_a_query_with_no_neighbour_found_has_no_candidate():
+    # x1's neighbours were all left unfilled: an argmax over -inf would pair it with id -1 (the pool's last row).
+    forward_knn = (np.array([[0.9, 0.5], [np.nan, np.nan]], np.float32), np.array([[0, 1], [-1, -1]]))
+    backward_knn = (np.array([[0.9, 0.4], [0.3, 0.5]], np.float32), np.array([[0, 1], [0, 1]]))
+    forward, backward = candidates_from_knn(forward_knn, backward_knn, "ratio")
+    assert [(i, j) for _, i, j in forward] == [(0, 0)]
+    # Backward, x1 (no mean) is never chosen: y0 and y1 both pick x0, though y1 is nearer x1 by cosine.
+    assert [(i, j) for _, i, j in backward] == [(0, 0), (0, 1)]
+
+
 def test_approximate_index_mines_the_same_pairs():
     rng = np.random.default_rng(1)
     y = _unit(rng.standard_normal((500, 16)))

@@ -74,6 +74,16 @@ def test_config_round_trip_rebuilds_the_same_architecture():
     assert clone.get_config() == encoder.get_config()
 
 
+def test_a_mixed_precision_config_rebuilds_mixed_outside_the_policy_scope():
+    """A saved config names its dtype policy; the backbone and pooling must follow it, not the global policy."""
+    config = SentenceEncoder(**TINY, **MULTI, dtype="mixed_bfloat16").get_config()
+    clone = ensure_built(SentenceEncoder.from_config(config))
+    assert keras.config.dtype_policy().name == "float32"
+    layers = [clone.backbone, clone.pooling, *clone.pooling.pool_layers, clone.pooling.projection]
+    assert {layer.dtype_policy.name for layer in layers} == {"mixed_bfloat16"}
+    assert clone.backbone(_tokens([[2, 3]], [2])).dtype == "bfloat16"
+
+
 def test_sentence_encoder_is_an_embedder_around_a_transformer_backbone_with_a_flat_config():
     encoder = SentenceEncoder(**TINY, **MULTI)
     assert isinstance(encoder, Embedder) and isinstance(encoder.backbone, TransformerBackbone)

@@ -75,3 +75,29 @@ def test_teacher_exports_as_a_raw_string_savedmodel(minilm, tmp_path, precision)
     assert os.listdir(tmp_path / "minilm" / "assets") == ["vocab.txt"]
     with open(os.path.join(path, "tf_msemb_export.json"), encoding="utf-8") as f:
         assert json.load(f)["inference"] == "packed"
+
+
+def _with_pooling_config(tmp_path, **modes):
+    """A copy of all-MiniLM-L6-v2 (files linked) whose 1_Pooling/config.json asks for `modes`."""
+    source = resolve_pretrained("all-MiniLM-L6-v2")
+    copy = tmp_path / "model"
+    copy.mkdir()
+    for name in os.listdir(source):
+        if name != "1_Pooling":
+            os.symlink(os.path.join(source, name), copy / name)
+    (copy / "1_Pooling").mkdir()
+    (copy / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 384} | modes))
+    return str(copy)
+
+
+def test_a_pooling_it_cannot_reproduce_stops_with_the_file_named_unless_overridden(tmp_path):
+    path = _with_pooling_config(tmp_path, pooling_mode_mean_tokens=False, pooling_mode_weightedmean_tokens=True)
+    with pytest.raises(ValueError, match=r"1_Pooling/config.json asks for pooling pooling_mode_weightedmean_tokens"):
+        load_pretrained(path)
+    _, encoder = load_pretrained(path, pooling="max")
+    assert encoder.pooling_spec == "max"
+
+
+def test_a_max_length_beyond_the_position_table_is_refused():
+    with pytest.raises(ValueError, match=r"max_length 1000 is longer than .* 512 positions"):
+        load_pretrained("all-MiniLM-L6-v2", max_length=1000)

@@ -41,3 +41,11 @@ def test_eta_is_the_remaining_steps_at_this_rate(step, steps_per_second, eta):
 def test_a_stalled_window_does_not_divide_by_zero():
     text = ProgressLine(total_steps=10, global_batch_size=4).format(5, {"loss": 1.0}, steps_per_second=0.0)
     assert text.startswith("step 5/10 loss 1 pairs/s 0.0 ETA ")
+
+
+def test_the_eval_line_gives_the_summary_metrics_the_best_and_the_time(capsys):
+    results = {"retrieval/a / b/mean": 0.5, "retrieval/mean": 0.61234, "sts/spearman": 71.25}
+    with progress.RunLog(None, ProgressLine(total_steps=10, global_batch_size=4)) as log:
+        log.write_eval(200, results, {"metric": "retrieval/mean", "value": 0.7, "step": 100}, seconds=12.34)
+    assert capsys.readouterr().out == ("eval step 200 retrieval/mean 0.6123 sts/spearman 71.25 "
+                                       "| best retrieval/mean 0.7 at step 100 | 12.3 s\n")

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO
+from conftest import corpus_file
 from tf_msemb.training.optimizers import make_optimizer
 from tf_msemb.training.optimizers import scaled_learning_rate
 from tf_msemb.training.strategy import StrategyError
@@ -73,13 +74,20 @@ def _free_port():
 
 @pytest.mark.slow
 def test_two_workers_on_localhost_train_together(tmp_path, spm_model, quickstart_records):
-    """Two processes with TF_CONFIG form one MultiWorkerMirroredStrategy (ring collectives over gRPC)."""
+    """Two processes with TF_CONFIG form one MultiWorkerMirroredStrategy (ring collectives over gRPC).
+
+    Both evaluate (the best export is a save every worker takes part in); only the chief writes: the two
+    share one model_dir here, so a worker that wrote too would double the rows of eval_results.jsonl.
+    """
     workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
+    heldout = (corpus_file("heldout", "en"), corpus_file("heldout", "de"))
     bindings = [
         f"SentencePieceTokenizer.model_file = '{spm_model}'", f"make_dataset.corpora = ['{quickstart_records}']",
         "SentenceEncoder.hidden_dim = 32", "SentenceEncoder.num_layers = 1", "SentenceEncoder.intermediate_dim = 64",
         "train.strategy = 'multi_worker'", "make_strategy.communication = 'ring'", "train.per_replica_batch_size = 8",
         "train.num_steps = 6", "train.log_every = 3", "train.checkpoint_every = 3",
+        "train.evaluators = [@TranslationRetrieval()]", f"TranslationRetrieval.pairs = [{heldout!r}]",
+        "train.eval_every = 3", "train.best_metric = 'retrieval/mean'",
     ]
     command = [sys.executable, "-m", "tf_msemb.train", "--gin_file=configs/quickstart.gin",
                f"--model_dir={tmp_path / 'run'}", *[f"--gin_param={b}" for b in bindings]]
@@ -105,7 +113,15 @@ def test_two_workers_on_localhost_train_together(tmp_path, spm_model, quickstart
     losses = [[line.split(" loss ")[1].split()[0] for line in out.splitlines() if line.startswith("step ")]
               for out in outputs]
     assert len(losses[0]) == 2 and losses[0] == losses[1]
+    evaluations = [[line.rsplit(" | ", 1)[0] for line in out.splitlines() if line.startswith("eval step ")]
+                   for out in outputs]  # the figures, without the time each took
+    assert len(evaluations[0]) == 2 and evaluations[0] == evaluations[1]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "eval_results.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [3, 6]
+    best = json.loads((tmp_path / "run" / "export" / "best" / "tf_msemb_export.json").read_text())
+    assert best["selection"]["step"] == max(rows, key=lambda row: row["retrieval/mean"])["step"]
     metadata = json.loads((tmp_path / "run" / "export" / "final" / "tf_msemb_export.json").read_text())
     assert metadata["training_step"] == 6
     assert (tmp_path / "run" / "checkpoints" / "ckpt-6.index").exists()
-    assert sorted(os.listdir(tmp_path / "run")) == ["checkpoints", "export", "operative_config.gin", "train"]
+    assert sorted(os.listdir(tmp_path / "run")) == ["best", "checkpoints", "eval_results.jsonl", "export",
+                                                    "operative_config.gin", "train"]

@@ -6,13 +6,12 @@ languages, not how well the classifier is tuned. Results are the mean and
 standard deviation over several seeds.
 """
 
-import os
-
 import gin
 import keras
 import numpy as np
 
 from tf_msemb.evaluation.evaluator import Evaluator
+from tf_msemb.evaluation.evaluator import named_files
 from tf_msemb.evaluation.evaluator import path_list
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
@@ -30,13 +29,15 @@ def read_labeled_texts(path):
     return labels, texts
 
 
-def make_classifier(num_classes, hidden_units=256, dropout=0.2):
-    """One hidden ReLU layer with dropout, softmax over `num_classes`."""
+def make_classifier(num_classes, hidden_units=256, dropout=0.2, seed=0):
+    """One hidden ReLU layer with dropout, softmax over `num_classes`; initializers and dropout seeded by `seed`."""
     return keras.Sequential(
         [
-            keras.layers.Dense(hidden_units, activation="relu"),
-            keras.layers.Dropout(dropout),
-            keras.layers.Dense(num_classes, activation="softmax"),
+            keras.layers.Dense(hidden_units, activation="relu",
+                               kernel_initializer=keras.initializers.GlorotUniform(seed=seed)),
+            keras.layers.Dropout(dropout, seed=seed),
+            keras.layers.Dense(num_classes, activation="softmax",
+                               kernel_initializer=keras.initializers.GlorotUniform(seed=seed + 1)),
         ]
     )
 
@@ -47,7 +48,9 @@ def zero_shot_transfer(train, tests, seeds=(0, 1, 2, 3, 4), hidden_units=256, dr
 
     `train` is `(embeddings [n, d], labels)` and `tests` is
     `{name: (embeddings, labels)}`; labels are strings. Returns
-    `{name: {"accuracy": mean, "std": std over seeds, "size": n}}`.
+    `{name: {"accuracy": mean, "std": std over seeds, "size": n}}`. Each
+    seed drives its own initializers, dropout and epoch order, and no global
+    random state is touched (this runs inside training as a dev evaluator).
     """
     classes = sorted(set(train[1]))
     index = {label: i for i, label in enumerate(classes)}
@@ -58,14 +61,12 @@ def zero_shot_transfer(train, tests, seeds=(0, 1, 2, 3, 4), hidden_units=256, dr
     train_x, train_y = np.asarray(train[0], np.float32), np.array([index[y] for y in train[1]])
     accuracies = {name: [] for name in tests}
     for seed in seeds:
-        keras.utils.set_random_seed(seed)
-        model = make_classifier(len(classes), hidden_units, dropout)
-        model.compile(
-            optimizer=keras.optimizers.Adam(learning_rate),
-            loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
-        )
-        model.fit(train_x, train_y, batch_size=batch_size, epochs=epochs, verbose=0)
+        model = make_classifier(len(classes), hidden_units, dropout, seed)
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="sparse_categorical_crossentropy")
+        order = np.random.default_rng(seed)
+        for _ in range(epochs):
+            shuffled = order.permutation(len(train_y))
+            model.fit(train_x[shuffled], train_y[shuffled], batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
         for name, (x, labels) in tests.items():
             predicted = np.argmax(keras.ops.convert_to_numpy(model(np.asarray(x, np.float32))), axis=1)
             accuracies[name].append(float(np.mean(predicted == [index[y] for y in labels])))
@@ -91,7 +92,9 @@ class ZeroShotClassification(Evaluator):
     def __init__(self, train, tests, seeds=5, name="classify"):
         self.name, self.seeds = name, tuple(range(seeds))
         self.train = read_labeled_texts(train)
-        self.tests = {os.path.basename(path): read_labeled_texts(path) for path in path_list(tests)}
+        files = [(path,) for path in path_list(tests)]
+        self.tests = {name: read_labeled_texts(path)
+                      for name, (path,) in named_files(files, ("test",), "ZeroShotClassification.tests")}
 
     def evaluate(self, embed):
         labels, texts = self.train

@@ -1,6 +1,6 @@
 """Distillation MSE: how close a student's vectors are to its teacher's on held-out parallel sentences.
 
-Seed 001 (Sec. 4) uses the training loss on held-out parallel sentences as its
+Seed 001 (Sec. 3) uses the training loss on held-out parallel sentences as its
 development set; this is that loss (Sec. 2, Eq. 1) on the vectors the export gives.
 """
 
@@ -9,13 +9,11 @@ import functools
 import gin
 import tensorflow as tf
 
+from tf_msemb.evaluation.encoding import Memoized
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.evaluator import Evaluator
-from tf_msemb.evaluation.evaluator import file_tuples
-from tf_msemb.evaluation.retrieval import PAIR
-from tf_msemb.evaluation.retrieval import pair_name
-from tf_msemb.evaluation.retrieval import read_aligned
+from tf_msemb.evaluation.retrieval import aligned_sets
 from tf_msemb.losses.distillation import distillation_mse
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.pretrained import load_pretrained
@@ -29,8 +27,13 @@ def teacher_embed(teacher, batch_size=64):
         return teacher
     try:
         model = load_model(teacher)
-    except FileNotFoundError:
-        tokenizer, encoder = load_pretrained(teacher)
+    except FileNotFoundError as not_an_export:
+        try:
+            tokenizer, encoder = load_pretrained(teacher)
+        except (ValueError, OSError) as not_pretrained:
+            reason = str(not_pretrained).strip().splitlines()[0] if str(not_pretrained).strip() else "unknown"
+            raise FileNotFoundError(f"Teacher {teacher!r} is neither an export ({not_an_export}) nor a pretrained "
+                                    f"model ({reason}).") from None
         model = tf.function(lambda texts: l2_normalize(encoder(tokenizer(texts), training=False)),
                             reduce_retracing=True)
     return functools.partial(encode, model, batch_size=batch_size, verbose=False)
@@ -64,8 +67,8 @@ class DistillationMSE(Evaluator):
 
     def __init__(self, pairs, teacher, batch_size=64, name="distillation"):
         self.name = name
-        self.sets = {pair_name(*pair): read_aligned(*pair) for pair in file_tuples(pairs, PAIR)}
-        embed_teacher = teacher_embed(teacher, batch_size)
+        self.sets = aligned_sets(pairs, "DistillationMSE.pairs")
+        embed_teacher = Memoized(teacher_embed(teacher, batch_size))  # the source side is often shared
         self.teacher_vectors = {name: embed_teacher(src) for name, (src, _) in self.sets.items()}
 
     def evaluate(self, embed):

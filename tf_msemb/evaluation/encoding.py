@@ -53,3 +53,25 @@ def encode(model, sentences, batch_size=64, verbose=True):
     embeddings = np.empty((len(sentences), chunks[0].shape[1]), np.float32)
     embeddings[order] = np.concatenate(chunks)
     return embeddings
+
+
+class Memoized:
+    """An `embed` that encodes each distinct sentence once, for several evaluators of the same weights.
+
+    Dev sets share sides (the English half of every Multi30k pair, the
+    sentences of a retrieval and a distillation set), so one evaluation of a
+    run encodes far fewer sentences. Valid for one set of weights only: make
+    a new one after every training step.
+    """
+
+    def __init__(self, embed):
+        self.embed, self.vectors = embed, {}
+
+    def __call__(self, sentences):
+        sentences = list(sentences)
+        new = [sentence for sentence in dict.fromkeys(sentences) if sentence not in self.vectors]
+        if new:
+            self.vectors.update(zip(new, self.embed(new)))
+        if not sentences:
+            return self.embed([])
+        return np.stack([self.vectors[sentence] for sentence in sentences])

@@ -7,6 +7,8 @@ training's runs the encoder in-process through the export's own
 tokenizer + inference path, so a dev figure equals what the export gives.
 """
 
+import os
+
 import numpy as np
 
 from tf_msemb.text_files import CorpusError
@@ -21,8 +23,9 @@ class Evaluator:
     every metric all sets share, its mean over sets as `"<name>/<metric>"`
     (e.g. `"retrieval/mean"`), which is what training logs and selects on.
     Rows in `derived_rows` (computed from the other sets, like STS's
-    "joined") and metrics in `setting_metrics` (values chosen, not scored,
-    like mining's "threshold") are flattened but left out of the means.
+    "joined", or tuned on, like mining's "train") and metrics in
+    `setting_metrics` (values chosen, not scored, like mining's "threshold")
+    are flattened but left out of the means.
     """
 
     name = "eval"
@@ -65,7 +68,29 @@ def file_tuples(specs, fields):
     """Checks that each of `specs` is a sequence of one file per name in `fields`; returns them as tuples."""
     tuples = []
     for spec in specs:
-        if isinstance(spec, str) or len(spec) != len(fields):
+        if not isinstance(spec, (list, tuple)) or len(spec) != len(fields):
             raise CorpusError(f"{spec!r} is not a ({', '.join(fields)}) tuple of files.")
         tuples.append(tuple(spec))
     return tuples
+
+
+def set_names(file_groups):
+    """A set name per group of files: base names joined by " / ", or the paths as given where base names clash
+    (`de/test.src` and `fr/test.src`), so two sets never share a name and neither hides the other."""
+    short = [" / ".join(os.path.basename(path) for path in group) for group in file_groups]
+    return [name if short.count(name) == 1 else " / ".join(group) for name, group in zip(short, file_groups)]
+
+
+def named_files(specs, fields, binding):
+    """`[(set name, files)]` of `file_tuples(specs, fields)`: at least one group, none given twice.
+
+    `binding` names the argument in errors (e.g. `"TranslationRetrieval.pairs"`).
+    """
+    groups = file_tuples(specs, fields)
+    if not groups:
+        raise CorpusError(f"{binding} is empty: give at least one ({', '.join(fields)}) set.")
+    names = set_names(groups)
+    for name in names:
+        if names.count(name) > 1:
+            raise CorpusError(f"{binding} gives {name} twice.")
+    return list(zip(names, groups))

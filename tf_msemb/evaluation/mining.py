@@ -1,7 +1,8 @@
 """BUCC-style bitext mining with margin scores (Artetxe & Schwenk 2019; seed 004 Sec. 6).
 
 For unit vectors `x` (source pool) and `y` (target pool), with `NN_k` the k
-nearest neighbours by cosine found with faiss in both directions:
+nearest neighbours by cosine in both directions (`search.knn`: exact
+TensorFlow matmul + top-k, or a faiss index):
 
     margin(x, y) = f(cos(x, y), sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k)
 
@@ -57,26 +58,38 @@ def margin_candidates(x, y, k=4, margin="ratio", index="exact", **search_options
     return candidates_from_knn(forward_knn, backward_knn, margin)
 
 
+def _filled_mean(sims):
+    """Row means over the filled (non-NaN) neighbours; NaN for a row with none."""
+    filled = ~np.isnan(sims)
+    count = filled.sum(axis=1)
+    return np.where(count > 0, np.where(filled, sims, 0).sum(axis=1) / np.maximum(count, 1), np.nan)
+
+
 def candidates_from_knn(forward_knn, backward_knn, margin="ratio"):
     """`margin_candidates` from precomputed `(sims, ids)` k-NN both ways.
 
     Neighbours an approximate index left unfilled (id -1, similarity NaN) are
-    ignored in the means and never chosen.
+    ignored in the means and never chosen; a sentence with no neighbour found
+    has no mean, so no candidate pair involves it.
     """
     (sim_xy, idx_xy), (sim_yx, idx_yx) = forward_knn, backward_knn
-    mean_x = np.nanmean(sim_xy, axis=1)  # sum_{z in NN_k(x)} cos(x, z) / k
-    mean_y = np.nanmean(sim_yx, axis=1)
+    mean_x = _filled_mean(sim_xy)  # sum_{z in NN_k(x)} cos(x, z) / k
+    mean_y = _filled_mean(sim_yx)
 
     def best(sims, idx, mean_query, mean_pool):
-        scores = np.where(idx < 0, -np.inf, margin_scores(sims, mean_query, mean_pool[idx], margin))
+        with np.errstate(invalid="ignore"):
+            raw = margin_scores(sims, mean_query, mean_pool[idx], margin)
+        # np.argmax would pick a NaN, so anything not finite (unfilled, no mean) is -inf.
+        scores = np.where((idx < 0) | ~np.isfinite(raw), -np.inf, raw)
         pick = np.argmax(scores, axis=1)
         rows = np.arange(len(sims))
         return scores[rows, pick], idx[rows, pick]
 
     fwd_score, fwd_j = best(sim_xy, idx_xy, mean_x, mean_y)
     bwd_score, bwd_i = best(sim_yx, idx_yx, mean_y, mean_x)
-    forward = [(float(s), i, int(j)) for i, (s, j) in enumerate(zip(fwd_score, fwd_j))]
-    backward = [(float(s), int(i), j) for j, (s, i) in enumerate(zip(bwd_score, bwd_i))]
+    # A query whose neighbours were all left unfilled has no candidate (its best score is -inf).
+    forward = [(float(s), i, int(j)) for i, (s, j) in enumerate(zip(fwd_score, fwd_j)) if np.isfinite(s)]
+    backward = [(float(s), int(i), j) for j, (s, i) in enumerate(zip(bwd_score, bwd_i)) if np.isfinite(s)]
     return forward, backward
 
 
@@ -188,7 +201,9 @@ class MiningEvaluator(Evaluator):
         name: the metric prefix.
 
     Rows `train` and `test` with `precision`, `recall`, `f1`, the `threshold`
-    (out of the means) and the gold pairs as `size`.
+    (out of the means) and the gold pairs as `size`. With a test split the
+    summary (`<name>/f1`, what training selects on) is the test row's alone:
+    the train row scores the threshold on the data it was tuned on.
     """
 
     setting_metrics = ("threshold",)
@@ -200,6 +215,7 @@ class MiningEvaluator(Evaluator):
         self.selection = _choice(selection, SELECTIONS, "selection")
         self.index = search.checked_index(index)
         splits = {"train": train} | ({"test": test} if test else {})
+        self.derived_rows = ("train",) if test else ()
         self.splits = {}
         for split, (src, tgt, gold) in zip(splits, file_tuples(splits.values(), ("source", "target", "gold"))):
             self.splits[split] = (read_id_sentences(src), read_id_sentences(tgt), read_gold(gold))

@@ -1,13 +1,12 @@
 """Translation retrieval: Tatoeba-style accuracy, P@k in a large pool, documents."""
 
-import os
 
 import gin
 import numpy as np
 
 from tf_msemb.evaluation import search
 from tf_msemb.evaluation.evaluator import Evaluator
-from tf_msemb.evaluation.evaluator import file_tuples
+from tf_msemb.evaluation.evaluator import named_files
 from tf_msemb.evaluation.evaluator import path_list
 from tf_msemb.evaluation.mining import read_id_sentences
 from tf_msemb.text_files import CorpusError
@@ -67,9 +66,9 @@ def read_aligned(src_path, tgt_path):
     return src, tgt
 
 
-def pair_name(src_path, tgt_path):
-    """A pair's set name: `"<source file> / <target file>"` (base names)."""
-    return f"{os.path.basename(src_path)} / {os.path.basename(tgt_path)}"
+def aligned_sets(pairs, binding):
+    """`{set name: (source lines, target lines)}` of `(source, target)` file pairs (`evaluator.named_files`)."""
+    return {name: read_aligned(*pair) for name, pair in named_files(pairs, PAIR, binding)}
 
 
 @gin.configurable(module="tf_msemb.evaluation")
@@ -86,7 +85,7 @@ class TranslationRetrieval(Evaluator):
 
     def __init__(self, pairs, name="retrieval"):
         self.name = name
-        self.sets = {pair_name(*pair): read_aligned(*pair) for pair in file_tuples(pairs, PAIR)}
+        self.sets = aligned_sets(pairs, "TranslationRetrieval.pairs")
 
     def evaluate(self, embed):
         return {name: translation_accuracy(embed(src), embed(tgt)) | {"size": len(src)}
@@ -111,9 +110,8 @@ class PoolRetrieval(Evaluator):
         self.name, self.index, self.nprobe = name, search.checked_index(index), nprobe
         self.distractors = [line for path in path_list(distractors) for line in read_lines(path)]
         self.sets = {}
-        for pair in file_tuples(pairs, PAIR):
-            src, tgt = read_aligned(*pair)
-            self.sets[f"{pair_name(*pair)} (pool {len(tgt) + len(self.distractors)})"] = (src, tgt)
+        for name, (src, tgt) in aligned_sets(pairs, "PoolRetrieval.pairs").items():
+            self.sets[f"{name} (pool {len(tgt) + len(self.distractors)})"] = (src, tgt)
 
     def evaluate(self, embed):
         extra = embed(self.distractors) if self.distractors else None
@@ -146,7 +144,7 @@ class DocumentRetrieval(Evaluator):
     def __init__(self, pairs, index="exact", nprobe=16, name="documents"):
         self.name, self.index, self.nprobe = name, search.checked_index(index), nprobe
         self.sets = {}
-        for src_path, tgt_path in file_tuples(pairs, PAIR):
+        for name, (src_path, tgt_path) in named_files(pairs, PAIR, "DocumentRetrieval.pairs"):
             src, tgt = read_id_sentences(src_path), read_id_sentences(tgt_path)
             row = {doc: i for i, doc in enumerate(dict.fromkeys(tgt[0]))}
             src_docs = list(dict.fromkeys(src[0]))  # the order of `document_embeddings`
@@ -154,7 +152,7 @@ class DocumentRetrieval(Evaluator):
             if missing:
                 raise CorpusError(f"{tgt_path} lacks documents {missing[:5]} of {src_path}.")
             gold = [row[doc] for doc in src_docs]
-            self.sets[f"documents {pair_name(src_path, tgt_path)}"] = (src, tgt, gold)
+            self.sets[f"documents {name}"] = (src, tgt, gold)
 
     def evaluate(self, embed):
         results = {}

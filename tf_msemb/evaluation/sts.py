@@ -2,7 +2,7 @@
 
 The readers live in `tf_msemb.data.labeled_pairs`. Multilingual STS-b files
 of different languages are row-aligned, so `cross_lingual` pairs sentence 1 of
-one language with sentence 2 of another (seed 001, Sec. 4.2).
+one language with sentence 2 of another (seed 001, Sec. 4.1).
 """
 
 import os
@@ -16,14 +16,16 @@ from tf_msemb.data.labeled_pairs import read_stsb_csv
 from tf_msemb.data.labeled_pairs import read_stsb_tsv
 from tf_msemb.data.labeled_pairs import semeval_sts_tracks
 from tf_msemb.evaluation.evaluator import Evaluator
+from tf_msemb.evaluation.evaluator import named_files
 from tf_msemb.evaluation.evaluator import path_list
 from tf_msemb.text_files import CorpusError
 
 
-def cross_lingual(set_a, set_b):
+def cross_lingual(set_a, set_b, names=("the first set", "the second set")):
     """Sentence 1 from `set_a`, sentence 2 from `set_b` (row-aligned sets), gold from `set_a`."""
     if len(set_a[0]) != len(set_b[0]):
-        raise CorpusError(f"Row-aligned STS sets differ in size: {len(set_a[0])} vs {len(set_b[0])}.")
+        raise CorpusError(f"Row-aligned STS sets differ in size: {names[0]} has {len(set_a[0])} pairs, "
+                          f"{names[1]} {len(set_b[0])}.")
     return set_a[0], set_b[1], set_a[2]
 
 
@@ -59,16 +61,19 @@ def language_bias(scored_sets):
 
 def sts_sets(tsv_files=(), stsb_dir=None, stsb_pairs=(), split="dev", semeval_dir=None):
     """`{name: (sentences1, sentences2, gold)}` of STS benchmark TSVs, SemEval tracks and STS-b language pairs."""
-    sets = {os.path.basename(path): read_stsb_tsv(path) for path in path_list(tsv_files)}
+    files = [(path,) for path in path_list(tsv_files)]
+    named = named_files(files, ("tsv",), "STSEvaluator.tsv_files") if files else []
+    sets = {name: read_stsb_tsv(path) for name, (path,) in named}
     if semeval_dir:
         for track, paths in semeval_sts_tracks(semeval_dir).items():
             sets[f"semeval {track}"] = read_semeval_sts(*paths)
     for pair in path_list(stsb_pairs):
         languages = pair.split("-")
         if len(languages) != 2 or stsb_dir is None:
-            raise CorpusError(f"STS-b pair {pair!r} needs the form L1-L2 and an STS-b directory.")
-        first, second = (read_stsb_csv(os.path.join(stsb_dir, f"stsb-{lang}-{split}.csv")) for lang in languages)
-        sets[f"stsb {split} {pair}"] = cross_lingual(first, second)
+            raise CorpusError(f"STS-b pair {pair!r} (STSEvaluator.stsb_pairs, --stsb_pair) needs the form L1-L2 and "
+                              "an STS-b directory (STSEvaluator.stsb_dir, --stsb_dir).")
+        paths = [os.path.join(stsb_dir, f"stsb-{lang}-{split}.csv") for lang in languages]
+        sets[f"stsb {split} {pair}"] = cross_lingual(*map(read_stsb_csv, paths), names=paths)
     return sets
 
 
@@ -95,6 +100,9 @@ class STSEvaluator(Evaluator):
         self.sets = sts_sets(tsv_files, stsb_dir, stsb_pairs, split, semeval_dir)
         if not self.sets:
             raise CorpusError("STSEvaluator needs tsv_files, semeval_dir, or stsb_dir with stsb_pairs.")
+        for set_name, (_, _, gold) in self.sets.items():
+            if len(gold) < 2:
+                raise CorpusError(f"STS set {set_name} has {len(gold)} pair(s); a correlation needs at least 2.")
 
     def evaluate(self, embed):
         results, scored = {}, []

@@ -34,7 +34,7 @@ class Embedder(keras.Model):
         self.pooling_spec = pooling if isinstance(pooling, str) else tuple(pooling)
         self.pooled_dim = pooled_dim
         self.normalize = normalize
-        self.pooling = make_pooling(self.pooling_spec, pooled_dim)
+        self.pooling = make_pooling(self.pooling_spec, pooled_dim, dtype=kwargs.get("dtype"))
         self._needs_segments = "segment_ids" in backbone.input
         for layer in backbone.layers:
             if layer.name == "pooled_dense":
@@ -112,7 +112,7 @@ class SentenceEncoder(Embedder):
     ):
         backbone = TransformerBackbone(
             vocabulary_size, hidden_dim, num_layers, num_heads, intermediate_dim, max_sequence_length,
-            dropout=dropout, activation=activation, layer_norm_epsilon=layer_norm_epsilon,
+            dropout=dropout, activation=activation, layer_norm_epsilon=layer_norm_epsilon, dtype=kwargs.get("dtype"),
         )
         super().__init__(backbone, pooling=pooling, pooled_dim=pooled_dim, normalize=normalize, **kwargs)
 

@@ -64,7 +64,7 @@ POOLINGS = {
 
 
 class MultiPooling(Pooling):
-    """Concatenates several poolings and projects them (seed 004, Sec. 3.3).
+    """Concatenates several poolings and projects them (seed 004, Sec. 4.2).
 
     Args:
         poolings: names from `POOLINGS`, e.g. `("max", "mean", "first", "attention")`.
@@ -78,8 +78,8 @@ class MultiPooling(Pooling):
             raise ValueError(f"Unknown pooling {unknown}; choose from {sorted(POOLINGS)}.")
         self.poolings = tuple(poolings)
         self.output_dim = output_dim
-        self.pool_layers = [POOLINGS[p](name=f"{p}_pool") for p in self.poolings]
-        self.projection = keras.layers.Dense(output_dim, name="projection")
+        self.pool_layers = [POOLINGS[p](name=f"{p}_pool", dtype=self.dtype_policy) for p in self.poolings]
+        self.projection = keras.layers.Dense(output_dim, name="projection", dtype=self.dtype_policy)
 
     def build(self, hidden_shape, mask_shape=None):
         for layer in self.pool_layers:
@@ -97,12 +97,12 @@ class MultiPooling(Pooling):
         return config
 
 
-def make_pooling(pooling, output_dim=None, name="pooling"):
-    """A pooling layer from a name, or `MultiPooling` from a list of names."""
+def make_pooling(pooling, output_dim=None, name="pooling", dtype=None):
+    """A pooling layer from a name, or `MultiPooling` from a list of names; `dtype` is its policy."""
     if isinstance(pooling, str):
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; choose from {sorted(POOLINGS)}.")
-        return POOLINGS[pooling](name=name)
+        return POOLINGS[pooling](name=name, dtype=dtype)
     if output_dim is None:
         raise ValueError("Concatenated poolings need `pooled_dim`: the size they are projected to.")
-    return MultiPooling(pooling, output_dim, name=name)
+    return MultiPooling(pooling, output_dim, name=name, dtype=dtype)

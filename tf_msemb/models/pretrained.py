@@ -49,21 +49,31 @@ def _read_json(directory, name):
         return json.load(f)
 
 
-def sentence_transformers_settings(directory):
-    """Pooling, normalization, casing and length from a sentence-transformers directory."""
+def sentence_transformers_settings(directory, check_pooling=True):
+    """Pooling, normalization, casing and length from a sentence-transformers directory.
+
+    A pooling this package cannot reproduce raises, unless `check_pooling` is
+    False (the caller overrides the pooling).
+    """
     modules = _read_json(directory, "modules.json") or []
     pooling_dir = next((m["path"] for m in modules if m["type"].endswith("Pooling")), "1_Pooling")
-    pooling_config = _read_json(directory, os.path.join(pooling_dir, "config.json")) or {}
+    pooling_file = os.path.join(pooling_dir, "config.json")
+    pooling_config = _read_json(directory, pooling_file) or {}
     modes = {
         "pooling_mode_mean_tokens": "mean",
         "pooling_mode_max_tokens": "max",
         "pooling_mode_cls_token": "first",
     }
-    pooling = [name for key, name in modes.items() if pooling_config.get(key)]
+    chosen = [key for key, value in pooling_config.items() if key.startswith("pooling_mode_") and value]
+    if check_pooling and (len(chosen) > 1 or any(key not in modes for key in chosen)):
+        # Other modes (mean_sqrt_len, weightedmean, lasttoken) and concatenations would silently become mean.
+        raise ValueError(f"{os.path.join(directory, pooling_file)} asks for pooling {', '.join(chosen)}; "
+                         "one of mean, max or CLS is supported (or pass load_pretrained.pooling).")
+    pooling = [modes[key] for key in chosen if key in modes]
     bert_config = _read_json(directory, "sentence_bert_config.json") or {}
     tokenizer_config = _read_json(directory, "tokenizer_config.json") or {}
     return {
-        "pooling": pooling[0] if len(pooling) == 1 else "mean",
+        "pooling": pooling[0] if pooling else "mean",
         "normalize": any(m["type"].endswith("Normalize") for m in modules),
         # The HF tokenizer's own casing; sentence_bert_config's flag only adds
         # an extra lower-casing step on top.
@@ -84,9 +94,12 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None)
     is_directory = os.path.isdir(source)
     if not is_directory and (os.sep in source or source.startswith(".")):
         raise FileNotFoundError(f"Pretrained model directory not found: {source}")
-    settings = sentence_transformers_settings(source) if is_directory else {}
+    settings = sentence_transformers_settings(source, check_pooling=pooling is None) if is_directory else {}
     backbone = keras_hub.models.Backbone.from_preset(source)
     max_length = max_length or settings.get("max_length") or backbone.max_sequence_length
+    if max_length > backbone.max_sequence_length:
+        raise ValueError(f"max_length {max_length} is longer than {source}'s {backbone.max_sequence_length} "
+                         "positions; bind load_pretrained.max_length to at most that.")
     vocab = os.path.join(source, "vocab.txt")
     if is_directory and os.path.exists(vocab):
         tokenizer = WordPieceTokenizer(vocab, lowercase=settings.get("lowercase", True), max_length=max_length)

@@ -15,9 +15,9 @@ import json
 import math
 import os
 
-import numpy as np
 import tensorflow as tf
 
+from tf_msemb.evaluation.encoding import Memoized
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.export.saved_model import inference_module
 
@@ -43,8 +43,7 @@ class DevEvaluation:
         self.evaluators = list(evaluators)
         self.best_metric, self.mode, self.patience, self.batch_size = best_metric, mode, patience, batch_size
         worst = -math.inf if mode == "max" else math.inf
-        # float32 like every other checkpointed variable; values are compared after the same rounding.
-        self.best_value = tf.Variable(worst, dtype=tf.float32, trainable=False, name="best_value")
+        self.best_value = tf.Variable(worst, dtype=tf.float64, trainable=False, name="best_value")
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
         self.stale = tf.Variable(0, dtype=tf.int64, trainable=False, name="evaluations_without_improvement")
         self.last_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="last_evaluated_step")
@@ -57,7 +56,7 @@ class DevEvaluation:
     def metrics(self, tokenizer, encoder):
         """Every evaluator's flat metrics for the encoder as the export would run it."""
         module = inference_module(tokenizer, encoder)
-        embed = functools.partial(encode, module, batch_size=self.batch_size, verbose=False)
+        embed = Memoized(functools.partial(encode, module, batch_size=self.batch_size, verbose=False))
         results = {}
         for evaluator in self.evaluators:
             results |= evaluator(embed)
@@ -71,7 +70,7 @@ class DevEvaluation:
         if self.best_metric not in results:
             raise ValueError(f"train.best_metric {self.best_metric!r} is not among the dev metrics: "
                              f"{', '.join(sorted(results))}.")
-        value = np.float32(results[self.best_metric])
+        value = results[self.best_metric]
         better = value > self.best_value.numpy() if self.mode == "max" else value < self.best_value.numpy()
         if better:
             self.best_value.assign(value)

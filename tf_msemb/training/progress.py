@@ -64,11 +64,13 @@ class RunLog:
             self._steady = (step, time.perf_counter())
         self._last_step = step
 
-    def write_eval(self, step, results, selection=None):
-        """Prints the summary dev metrics (`task/metric`) and the best so far; every metric goes to TensorBoard."""
+    def write_eval(self, step, results, selection=None, seconds=None):
+        """Prints the summary dev metrics (`task/metric`), the best so far and the time the evaluation took;
+        every metric goes to TensorBoard."""
         summary = " ".join(f"{name} {value:.4g}" for name, value in results.items() if name.count("/") == 1)
         best = f" | best {selection['metric']} {selection['value']:.4g} at step {selection['step']}" if selection else ""
-        print(f"eval step {step} {summary}{best}", flush=True)
+        took = f" | {seconds:.1f} s" if seconds is not None else ""
+        print(f"eval step {step} {summary}{best}{took}", flush=True)
         with self.writer.as_default(step=step):
             for name, value in results.items():
                 tf.summary.scalar(f"dev/{name}", value)

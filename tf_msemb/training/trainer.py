@@ -108,13 +108,14 @@ class DevSteps:
     def __init__(self, dev, model, exporter, checkpoint, log, model_dir, chief):
         self.dev, self.model, self.exporter, self.checkpoint = dev, model, exporter, checkpoint
         self.log, self.model_dir, self.chief = log, model_dir, chief
+        self.count, self.seconds = 0, 0.0
 
     def __call__(self, step):
         """Evaluates at `step`; returns whether early stopping says to stop."""
+        start = time.perf_counter()
         tokenizer, encoder = self.model.exports()["encoder"]
         results = self.dev.metrics(tokenizer, encoder)
         best = self.dev.record(step, results)
-        self.log.write_eval(step, results, self.dev.selection if self.dev.best_metric else None)
         if self.chief:
             write_results(self.model_dir, step, results)
         if best:
@@ -123,6 +124,9 @@ class DevSteps:
             self.checkpoint.write(os.path.join(directory, "ckpt"))
             if not self.chief:
                 shutil.rmtree(directory, ignore_errors=True)
+        seconds = time.perf_counter() - start
+        self.count, self.seconds = self.count + 1, self.seconds + seconds
+        self.log.write_eval(step, results, self.dev.selection if self.dev.best_metric else None, seconds)
         if self.dev.exhausted:
             print(f"Early stopping at step {step}: no better {self.dev.best_metric} in {self.dev.patience} "
                   "evaluations.", flush=True)
@@ -220,9 +224,11 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     the end; `best_metric` (with `best_mode` max or min) keeps `export/best`
     and `best/ckpt`, and `patience` stops after that many evaluations without
     improvement (see `training.dev_evaluation`).
-    Returns `{"export", "steps" (run now), "pairs_per_second"}`, the rate
-    measured after the first log line so start-up and tracing do not count.
+    Returns `{"export", "steps" (run now), "pairs_per_second", "seconds",
+    "eval_seconds"}`, the rate measured after the first log line so start-up
+    and tracing do not count; evaluation's share of the run is printed.
     """
+    started = time.perf_counter()
     strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
     keras.utils.set_random_seed(seed)
     global_batch_size = per_replica_batch_size * strategy.num_replicas_in_sync if per_replica_batch_size \
@@ -261,4 +267,10 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
             evaluate(step)
     checkpoints.save(step)
     checkpoints.close()
-    return {"export": exporter(step, final=True), "steps": step - first_step, "pairs_per_second": log.steady_rate}
+    final = exporter(step, final=True)
+    seconds = time.perf_counter() - started
+    if evaluate:
+        print(f"Evaluation: {evaluate.count} evaluations took {evaluate.seconds:.1f} s of the run's {seconds:.1f} s "
+              f"({100 * evaluate.seconds / seconds:.1f} %).", flush=True)
+    return {"export": final, "steps": step - first_step, "pairs_per_second": log.steady_rate,
+            "eval_seconds": evaluate.seconds if evaluate else 0.0, "seconds": seconds}
