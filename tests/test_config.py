@@ -1,6 +1,7 @@
 """`parse_config`: readable errors, includes beside the config, and the `--smoke` shrink switch."""
 
 import glob
+import logging
 import os
 import re
 
@@ -113,3 +114,11 @@ def test_every_recipe_evaluates_on_dev_files_that_exist_and_selects_a_best_step(
     if not os.path.isdir(SHARED_DATA):
         dev_files = set()
     assert [path for path in dev_files if not os.path.exists(os.path.join(REPO, path))] == []
+
+
+def test_an_include_from_a_subfolder_logs_no_error(caplog):
+    """gin probes `dev/sts.gin` as a package resource first and would log an error a user cannot act on."""
+    with caplog.at_level(logging.DEBUG):
+        parse_config([recipe("sts_stage1.gin")], [])
+    assert gin.query_parameter("train.best_metric") == "sts/sts-dev.csv/spearman"
+    assert not [record for record in caplog.records if "Path not found" in record.getMessage()]

@@ -1,5 +1,6 @@
 """Parsing gin configs with readable errors, and the smoke-run shrink switch."""
 
+import logging
 import os
 
 import gin
@@ -26,6 +27,16 @@ SMOKE_BINDINGS = (
 )
 
 
+class _IncludeProbeFilter(logging.Filter):
+    """Drops gin's "Path not found" error for an include in a subfolder (`include "dev/sts.gin"`): gin first
+    looks for it as a Python package resource and logs that miss, then finds the file beside the config."""
+
+    def filter(self, record):
+        probe = record.pathname.endswith(os.path.join("gin", "resource_reader.py"))
+        return not (probe and record.getMessage().startswith("Path not found:"))
+
+
+
 def parse_config(gin_files, gin_params, smoke=False):
     """Parses gin files and bindings; a bad binding becomes one readable error.
 
@@ -36,6 +47,8 @@ def parse_config(gin_files, gin_params, smoke=False):
             raise SystemExit(f"error: gin file not found: {path}")
         gin.add_config_file_search_path(os.path.dirname(os.path.abspath(path)))
     bindings = list(gin_params) + (list(SMOKE_BINDINGS) if smoke else [])
+    probe_filter = _IncludeProbeFilter()
+    logging.getLogger().addFilter(probe_filter)  # gin logs on the root logger
     try:
         for path in gin_files:
             gin.parse_config_file(path)
@@ -45,3 +58,5 @@ def parse_config(gin_files, gin_params, smoke=False):
     except Exception as e:  # gin raises many types (ValueError, TokenError, IOError, ...)
         message = " ".join(str(e).split())
         raise SystemExit(f"error: bad gin configuration: {message}") from None
+    finally:
+        logging.getLogger().removeFilter(probe_filter)

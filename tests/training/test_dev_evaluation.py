@@ -110,7 +110,7 @@ def test_the_peak_is_kept_across_a_resume_and_early_stopping_ends_the_run(tmp_pa
                                                                           rising_learning_rate):
     model_dir = tmp_path / "run"
     options = dict(eval_every=10, evaluators=[HeldoutRetrieval()], best_metric="heldout/mean", patience=5)
-    _train(model_dir, tokenizer, quickstart_records, num_steps=40, **options)
+    _train(model_dir, tokenizer, quickstart_records, num_steps=40, export_every=10, **options)
     first = _results(model_dir)
     peak = max(first, key=lambda row: row["heldout/mean"])
     assert peak["step"] < 40  # the metric rose, then fell
@@ -123,4 +123,9 @@ def test_the_peak_is_kept_across_a_resume_and_early_stopping_ends_the_run(tmp_pa
     assert max(rows, key=lambda row: row["heldout/mean"]) == peak
     metadata = json.loads((model_dir / "export" / "best" / "tf_msemb_export.json").read_text())
     assert metadata["selection"]["step"] == peak["step"] and metadata["training_step"] == peak["step"]
+    # Exported at the end of the first run from best/ckpt: the peak's weights, not the last step's.
+    sentences = tf.constant(["Die Frau liest ein Buch.", "A dog runs."])
+    kept = tf.saved_model.load(str(model_dir / "export" / "best"))(sentences).numpy()
+    versioned = tf.saved_model.load(str(model_dir / "export" / str(peak["step"])))(sentences).numpy()
+    np.testing.assert_allclose(kept, versioned, atol=1e-6)
     assert json.loads((model_dir / "export" / "final" / "tf_msemb_export.json").read_text())["training_step"] == stop

@@ -4,10 +4,13 @@ Every `eval_every` steps and at the end, the encoder is run through the
 export's own tokenizer + inference path in this process (no export, no
 reload), so a dev figure equals what the export gives. Results go to the
 progress output, TensorBoard and `model_dir/eval_results.jsonl`. With a
-`best_metric`, the best step so far is kept as `export/best` (its metadata
-names the metric, value and step) and as the checkpoint `best/ckpt` (the
-whole run state at that step); the best value, its step and the count of evaluations without improvement
-are checkpointed with the run, so a resumed run remembers them.
+`best_metric`, the best step so far is kept as the checkpoint `best/ckpt`
+(the whole run state at that step, written when the step is evaluated) and,
+when the run ends, as `export/best` (its metadata names the metric, value
+and step): one export per run instead of one per improvement, which on a
+short run would cost more than the evaluations. The best value, its step,
+the count of evaluations without improvement and the step `export/best`
+holds are checkpointed with the run, so a resumed run remembers them.
 """
 
 import functools
@@ -47,16 +50,24 @@ class DevEvaluation:
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
         self.stale = tf.Variable(0, dtype=tf.int64, trainable=False, name="evaluations_without_improvement")
         self.last_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="last_evaluated_step")
+        self.exported_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_exported_step")
+        self._module, self._module_of = None, None
 
     def state(self):
         """What the run's checkpoint must hold to resume the selection."""
         return tf.train.Checkpoint(best_value=self.best_value, best_step=self.best_step, stale=self.stale,
-                                   last_step=self.last_step)
+                                   last_step=self.last_step, exported_step=self.exported_step)
 
     def metrics(self, tokenizer, encoder):
-        """Every evaluator's flat metrics for the encoder as the export would run it."""
-        module = inference_module(tokenizer, encoder)
-        embed = Memoized(functools.partial(encode, module, batch_size=self.batch_size, verbose=False))
+        """Every evaluator's flat metrics for the encoder as the export would run it.
+
+        The float32 inference module is built once per encoder and reused: it
+        reads the encoder's variables (no copies), so its traced graphs stay
+        valid as training moves them.
+        """
+        if self._module_of is None or self._module_of[0] is not tokenizer or self._module_of[1] is not encoder:
+            self._module, self._module_of = inference_module(tokenizer, encoder), (tokenizer, encoder)
+        embed = Memoized(functools.partial(encode, self._module, batch_size=self.batch_size, verbose=False))
         results = {}
         for evaluator in self.evaluators:
             results |= evaluator(embed)

@@ -99,7 +99,7 @@ class Exporter:
 
 
 class DevSteps:
-    """One evaluation of the run: metrics, their reports, and the best export and checkpoint.
+    """One evaluation of the run: metrics, their reports, and the best checkpoint; the best export at the end.
 
     Every worker computes the metrics and takes part in saving; only the
     chief writes `eval_results.jsonl` and keeps the saved files.
@@ -119,7 +119,6 @@ class DevSteps:
         if self.chief:
             write_results(self.model_dir, step, results)
         if best:
-            self.exporter(step, selection=self.dev.selection)
             directory = os.path.join(self.model_dir, "best") if self.chief else tempfile.mkdtemp()
             self.checkpoint.write(os.path.join(directory, "ckpt"))
             if not self.chief:
@@ -131,6 +130,32 @@ class DevSteps:
             print(f"Early stopping at step {step}: no better {self.dev.best_metric} in {self.dev.patience} "
                   "evaluations.", flush=True)
         return self.dev.exhausted
+
+    def export_best(self, step):
+        """Writes `export/best` for the best step unless it holds it already; the weights in use stay.
+
+        At `step` itself the weights are those in use; otherwise every worker
+        saves the model's state (its layers and its optimizer: all the
+        checkpoint keeps under `model`) to a scratch checkpoint, reads that
+        part of `model_dir/best/ckpt` (storage every worker reads, as for
+        resuming), exports, and reads its own state back.
+        """
+        best_step = int(self.dev.best_step.numpy())
+        if best_step < 0 or int(self.dev.exported_step.numpy()) == best_step:
+            return
+        start = time.perf_counter()
+        if best_step == step:
+            self.exporter(step, selection=self.dev.selection)
+        else:
+            scratch = tempfile.mkdtemp(prefix="tf_msemb_state_")
+            model_state = tf.train.Checkpoint(model=self.model)
+            current = model_state.write(os.path.join(scratch, "ckpt"))
+            model_state.read(os.path.join(self.model_dir, "best", "ckpt")).expect_partial()
+            self.exporter(best_step, selection=self.dev.selection)
+            model_state.read(current).assert_consumed()
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.dev.exported_step.assign(best_step)
+        self.seconds += time.perf_counter() - start  # part of what evaluation costs the run
 
 
 def build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision):
@@ -265,6 +290,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
                           exporter, log, settings, first_step, evaluate)
         if evaluate and int(dev.last_step.numpy()) != step:
             evaluate(step)
+        if evaluate:
+            evaluate.export_best(step)
     checkpoints.save(step)
     checkpoints.close()
     final = exporter(step, final=True)
