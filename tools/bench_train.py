@@ -77,6 +77,8 @@ def run_child():
             log_every=WARMUP,
             checkpoint_every=10**9,
             max_train_minutes=None,
+            evaluators=(),  # training alone: the recipe's dev evaluation would add its time and memory
+            best_metric=None,
         )
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"pairs_per_second": result["pairs_per_second"], "peak_rss_mib": peak_mib}))
