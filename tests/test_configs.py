@@ -4,6 +4,7 @@ The runs start in the repository root, as a user runs a recipe, so each recipe's
 `../shared/data` through the recipe's own paths and run once at the end (the best metric must be among them).
 """
 
+import json
 import os
 
 import pytest
@@ -37,9 +38,25 @@ def test_distill_minilm_multi30k_with_precomputed_teacher(tmp_path, quickstart_r
     assert ("train.precision = 'mixed_bfloat16'" in operative) == config.endswith("_fast.gin")
 
 
+def _nli_files(tmp_path):
+    """A tiny SNLI-style and MultiNLI-style jsonl pair, written here (the real sets are not shipped)."""
+    labels = ["entailment", "neutral", "contradiction", "-"]
+    paths = []
+    for name in ("snli", "multinli"):
+        rows = [{"sentence1": f"A man number {i} plays.", "sentence2": f"Someone {i} {labels[i % 4]}.",
+                 "gold_label": labels[i % 4]} for i in range(24)]
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return [str(path) for path in paths]
+
+
 @pytest.mark.skipif(not os.path.exists(STSB), reason=f"STS benchmark not found at {STSB}")
-def test_seed000_two_stages_stage2_starts_from_stage1(tmp_path, quickstart_records):
-    out = train("sts_stage1.gin", tmp_path / "stage1", f"make_labeled_dataset.path = '{STSB}'")
+def test_seed000_three_stages_nli_then_sts_then_ema(tmp_path, quickstart_records):
+    out = train("nli_stage1.gin", tmp_path / "nli", f"make_labeled_dataset.path = {_nli_files(tmp_path)}")
+    assert "step 3/3 loss" in out and "accuracy" in out
+    out = train("sts_stage1.gin", tmp_path / "stage1", f"make_labeled_dataset.path = '{STSB}'",
+                f"train.init_from = '{tmp_path}/nli'")
+    assert f"Initialized the encoder from {tmp_path}/nli/checkpoints/ckpt-3" in out
     assert "step 3/3 loss" in out and "mean_cosine" in out
     out = train("ema_distill.gin", tmp_path / "stage2", f"train.init_from = '{tmp_path}/stage1'",
                 f"make_dataset.corpora = ['{quickstart_records}']")

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
+from tf_msemb.data.labeled_pairs import read_labeled_pairs
 from tf_msemb.data.labeled_pairs import read_nli_jsonl
 from tf_msemb.data.labeled_pairs import read_semeval_sts
 from tf_msemb.data.labeled_pairs import semeval_sts_tracks
@@ -67,3 +68,16 @@ def test_sts_batches_scale_scores(tokenizer, tmp_path):
     assert batch["a"]["token_ids"].shape[0] == 12 and batch["b"]["padding_mask"].dtype.name == "bool"
     with pytest.raises(ValueError, match="Unknown labeled-pair format"):
         make_labeled_dataset(str(path), tokenizer, 2, format="xml")
+
+
+def test_several_sources_are_one_set(tokenizer, tmp_path):
+    """SNLI and MultiNLI together: every pair of both files, in order without shuffling."""
+    snli = _nli(tmp_path)
+    multinli = tmp_path / "multinli.jsonl"
+    multinli.write_text(json.dumps({"sentence1": "It rains.", "sentence2": "It is dry.", "gold_label": "contradiction"})
+                        + "\n")
+    first, second, labels = read_labeled_pairs([snli, str(multinli)], "nli_jsonl")
+    assert second[-1] == "It is dry." and len(first) == 4 and list(labels) == [0, 2, 1, 2]
+    batch = next(iter(make_labeled_dataset([snli, str(multinli)], tokenizer, 4, format="nli_jsonl",
+                                           shuffle_buffer=0)))
+    np.testing.assert_array_equal(batch["target"].numpy(), [0, 2, 1, 2])

@@ -101,3 +101,19 @@ def test_a_pooling_it_cannot_reproduce_stops_with_the_file_named_unless_overridd
 def test_a_max_length_beyond_the_position_table_is_refused():
     with pytest.raises(ValueError, match=r"max_length 1000 is longer than .* 512 positions"):
         load_pretrained("all-MiniLM-L6-v2", max_length=1000)
+
+
+def test_text_normalization_is_an_option_that_the_export_keeps(tmp_path):
+    """Seed 000 collapses quote and dash variants before tokenizing; off by default, as the model was trained."""
+    from tf_msemb.export.saved_model import export_saved_model
+
+    curly, straight = "\u201cFull\u2010width\u201d \uff21\uff22", '"Full-width" AB'
+    plain_tokenizer, _ = load_pretrained("all-MiniLM-L6-v2")
+    plain = plain_tokenizer(tf.constant([curly, straight]))["token_ids"].numpy()
+    assert not np.array_equal(plain[0], plain[1])
+    tokenizer, encoder = load_pretrained("all-MiniLM-L6-v2", text_normalization=True)
+    ids = tokenizer(tf.constant([curly, straight]))["token_ids"].numpy()
+    np.testing.assert_array_equal(ids[0], ids[1])
+    model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / "normalized")))
+    vectors = model(tf.constant([curly, straight])).numpy()
+    np.testing.assert_allclose(vectors[0], vectors[1], atol=1e-6)

@@ -2,6 +2,8 @@ import keras
 import numpy as np
 import pytest
 
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.training.lars import LARS
 
 
@@ -60,3 +62,27 @@ def test_factory_builds_lars_with_the_schedule():
     assert isinstance(optimizer, LARS)
     assert optimizer.weight_decay_rate == 1e-6 and optimizer.momentum == 0.9
     assert float(optimizer.learning_rate) == pytest.approx(0.002)
+
+
+def test_a_real_encoders_layer_norms_and_biases_skip_decay_and_trust_ratio():
+    """Found by layer type, not name: every LayerNormalization weight and every bias steps by lr x g exactly,
+    every other weight by the trust-scaled, decayed rule (a rule matching only "layer_norm" misses `embeddings_norm`).
+    """
+    keras.utils.set_random_seed(0)
+    encoder = ensure_built(SentenceEncoder(30, hidden_dim=8, num_layers=1, num_heads=2, intermediate_dim=16,
+                                           max_sequence_length=8, dropout=0.0))
+    excluded = {id(w) for layer in encoder._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)
+                for w in layer.weights}
+    excluded |= {id(w) for w in encoder.trainable_variables if w.name == "bias"}
+    variables = encoder.trainable_variables
+    assert 4 <= len(excluded) < len(variables)
+    rng = np.random.default_rng(1)
+    grads = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+    before = [v.numpy() for v in variables]
+    optimizer = LARS(learning_rate=0.5, momentum=0.0, weight_decay_rate=0.01, eta=0.02)
+    optimizer.apply(grads, variables)
+    for variable, g, w in zip(variables, grads, before):
+        adapt = id(variable) not in excluded
+        assert optimizer.adapts(variable) == adapt, variable.path
+        want = numpy_lars(w, [g], lr=0.5, momentum=0.0, wd=0.01, eta=0.02, adapt=adapt)
+        np.testing.assert_allclose(variable.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=variable.path)

@@ -37,3 +37,13 @@ def test_adamw_excludes_biases_and_norms_from_decay():
     assert float(kernel.numpy()[0, 0]) < 1.0
     with pytest.raises(ValueError, match="Unknown optimizer"):
         make_optimizer(total_steps=10, name="sgd")
+
+
+def test_warmup_as_a_share_of_the_run():
+    """Seed 000 warms up 54K of 105K steps: a 600-step run warms up 309 steps and peaks there."""
+    optimizer = make_optimizer(total_steps=600, name="lars", learning_rate=0.02, warmup_fraction=54 / 105,
+                               decay="cosine")
+    schedule = optimizer.learning_rate if callable(optimizer.learning_rate) else optimizer._learning_rate
+    assert schedule.warmup_steps == 309
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        make_optimizer(total_steps=600, warmup_fraction=54)

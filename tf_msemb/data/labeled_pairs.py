@@ -104,6 +104,18 @@ def read_nli_jsonl(path):
 READERS = {"stsb_tsv": read_stsb_tsv, "stsb_csv": read_stsb_csv, "nli_jsonl": read_nli_jsonl}
 
 
+def read_labeled_pairs(paths, format):
+    """`(sentences1, sentences2, targets)` of one file or of several, concatenated in the order given."""
+    first, second, targets = [], [], []
+    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        a, b, target = READERS[format](path)
+        first, second = first + list(a), second + list(b)
+        targets.append(target)
+    if not targets:
+        raise ValueError("make_labeled_dataset.path names no file.")
+    return first, second, np.concatenate(targets)
+
+
 @gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed"])
 def make_labeled_dataset(
     path,
@@ -116,15 +128,16 @@ def make_labeled_dataset(
     repeat=True,
     input_context=None,
 ):
-    """Batches `{"a", "b": tokens, "target": [b]}` from a labeled pair file.
+    """Batches `{"a", "b": tokens, "target": [b]}` from one labeled pair file or several of one format.
 
-    STS scores are divided by `score_scale` (to [0, 1], seed 000); NLI
-    targets are class ids. Under a strategy each input pipeline keeps every
-    n-th pair.
+    Several files are read into one set, shuffled together (seed 000's stage
+    1: SNLI and MultiNLI; the STS benchmark and its augmentation). STS
+    scores are divided by `score_scale` (to [0, 1], seed 000); NLI targets
+    are class ids. Under a strategy each input pipeline keeps every n-th pair.
     """
     if format not in READERS:
         raise ValueError(f"Unknown labeled-pair format {format!r}; choose from {sorted(READERS)}.")
-    first, second, targets = READERS[format](path)
+    first, second, targets = read_labeled_pairs(path, format)
     targets = targets / score_scale if format.startswith("stsb") else targets
     dataset = tf.data.Dataset.from_tensor_slices((first, second, targets.astype(np.float32)))
     if input_context and input_context.num_input_pipelines > 1:

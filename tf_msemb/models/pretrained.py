@@ -83,12 +83,15 @@ def sentence_transformers_settings(directory, check_pooling=True):
 
 
 @gin.configurable
-def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None):
+def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None, text_normalization=False):
     """Returns `(tokenizer, encoder)` for a packaged model, a local directory or a keras-hub preset.
 
-    `pooling`, `normalize` and `max_length` override what the model's
+    `pooling`, `normalize` (L2) and `max_length` override what the model's
     sentence-transformers files say (defaults: mean pooling, no
-    normalization, the backbone's maximum length).
+    normalization, the backbone's maximum length). `text_normalization`
+    runs `text.normalize.normalize_text` (NFKC, one symbol per quote and
+    dash family; seed 000 Sec. 4.1) before the tokenizer, in training and
+    inside the export alike.
     """
     source = resolve_pretrained(name_or_path)
     is_directory = os.path.isdir(source)
@@ -102,9 +105,10 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None)
                          "positions; bind load_pretrained.max_length to at most that.")
     vocab = os.path.join(source, "vocab.txt")
     if is_directory and os.path.exists(vocab):
-        tokenizer = WordPieceTokenizer(vocab, lowercase=settings.get("lowercase", True), max_length=max_length)
+        tokenizer = WordPieceTokenizer(vocab, lowercase=settings.get("lowercase", True), max_length=max_length,
+                                       normalize=text_normalization)
     else:
-        tokenizer = KerasHubTokenizer(source, max_length=max_length)
+        tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization)
     encoder = Embedder(
         backbone,
         pooling=pooling or settings.get("pooling", "mean"),

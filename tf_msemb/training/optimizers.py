@@ -37,6 +37,7 @@ def make_optimizer(
     scaling="none",
     reference_batch_size=None,
     warmup_steps=100,
+    warmup_fraction=None,
     decay="linear",
     end_fraction=0.0,
     weight_decay=0.01,
@@ -52,12 +53,18 @@ def make_optimizer(
     `learning_rate` is the peak rate at `reference_batch_size`; `scaling`
     (`"none"`, `"linear"`, `"sqrt"`) adapts it to the run's global batch
     (`scaled_learning_rate`), so a recipe keeps its meaning on more replicas.
+    `warmup_fraction` (of `total_steps`) replaces `warmup_steps` for a recipe
+    whose paper warms up a share of its run (seed 000: 54K of 105K steps).
 
     For LARS, `weight_decay` is its coupled L2 rate and `momentum`, `lars_eta`
     its momentum and trust coefficient (seed 000: lr 0.02, momentum 0.9, decay 1e-6).
     """
     if global_batch_size is not None:
         learning_rate = scaled_learning_rate(learning_rate, global_batch_size, scaling, reference_batch_size)
+    if warmup_fraction is not None:
+        if not 0.0 <= warmup_fraction <= 1.0:
+            raise ValueError(f"make_optimizer.warmup_fraction is {warmup_fraction}; give a share of the run in [0, 1].")
+        warmup_steps = round(warmup_fraction * total_steps)
     schedule = WarmupDecay(learning_rate, min(warmup_steps, total_steps), total_steps, decay, end_fraction)
     if name == "adamw":
         optimizer = keras.optimizers.AdamW(

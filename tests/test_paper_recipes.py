@@ -1,0 +1,55 @@
+"""The paper-scale recipes hold the papers' hyper-parameters (the tables in their headers say where from)."""
+
+import gin
+import pytest
+
+from tf_msemb.config import parse_config
+from tf_msemb.objectives.ema_teacher_distillation import rescaled_tau_base
+from test_config import recipe
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+def _bindings(name):
+    gin.clear_config()
+    parse_config([recipe(name)], [])
+    return gin.query_parameter
+
+
+def test_seed000_stage2_paper_values():
+    value = _bindings("ema_distill_paper.gin")
+    assert value("train.num_steps") == 105_000 and value("train.global_batch_size") == 256
+    assert value("make_optimizer.name") == "lars" and value("make_optimizer.learning_rate") == 0.02
+    assert value("make_optimizer.momentum") == 0.9 and value("make_optimizer.weight_decay") == 1e-6
+    assert value("make_optimizer.warmup_steps") == 54_000 and value("make_optimizer.decay") == "cosine"
+    assert value("EMATeacherDistillation.tau_base") == 0.99999
+    assert value("EMATeacherDistillation.tau_reference_steps") == 105_000
+    assert value("EMATeacherDistillation.schedule") == "cosine" and value("EMATeacherDistillation.mse") == "mean"
+    assert value("make_dataset.max_tokens") == 128 and value("load_pretrained.text_normalization")
+    assert value("load_pretrained.pooling") == "mean"
+
+
+def test_seed000_cpu_recipe_rescales_what_depends_on_length_and_batch():
+    """600 steps of 64: the teacher travels as far as in the paper, warm-up is the paper's share, lr is per 256."""
+    value = _bindings("ema_distill.gin")
+    steps = value("train.num_steps")
+    tau_base = rescaled_tau_base(value("EMATeacherDistillation.tau_base"),
+                                 value("EMATeacherDistillation.tau_reference_steps"), steps)
+    assert (1 - tau_base) * steps == pytest.approx((1 - 0.99999) * 105_000)
+    assert round(value("make_optimizer.warmup_fraction") * steps) == round(54_000 / 105_000 * steps)
+    assert value("make_optimizer.scaling") == "linear" and value("make_optimizer.reference_batch_size") == 256
+    assert value("EMATeacherDistillation.mse") == "mean" and value("load_pretrained.text_normalization")
+
+
+def test_seed000_stage1_recipes_chain_nli_then_sts():
+    value = _bindings("nli_stage1.gin")
+    assert value("SiameseSimilarity.task") == "nli" and value("make_labeled_dataset.format") == "nli_jsonl"
+    assert len(value("make_labeled_dataset.path")) == 2 and value("train.global_batch_size") == 16
+    assert value("make_optimizer.learning_rate") == 2e-5 and value("make_optimizer.warmup_fraction") == 0.1
+    value = _bindings("sts_stage1.gin")
+    assert value("SiameseSimilarity.task") == "sts" and value("load_pretrained.text_normalization")
