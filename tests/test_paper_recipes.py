@@ -53,3 +53,28 @@ def test_seed000_stage1_recipes_chain_nli_then_sts():
     assert value("make_optimizer.learning_rate") == 2e-5 and value("make_optimizer.warmup_fraction") == 0.1
     value = _bindings("sts_stage1.gin")
     assert value("SiameseSimilarity.task") == "sts" and value("load_pretrained.text_normalization")
+
+
+def test_seed002_paper_values():
+    value = _bindings("moco_paper.gin")
+    assert value("train.pretrained") == "bert_base_en_uncased" and value("train.tokenizer") is None
+    assert value("DualMomentumContrast.target_pretrained")  # the second pretrained tower, with its own tokenizer
+    assert value("DualMomentumContrast.queue_size") == 409_600 and value("DualMomentumContrast.temperature") == 0.04
+    assert value("DualMomentumContrast.momentum") == 0.999 and not value("DualMomentumContrast.in_batch_negatives")
+    assert value("train.global_batch_size") == 1024 and value("train.num_steps") == 78_640
+    assert value("make_optimizer.name") == "adamw" and value("make_optimizer.learning_rate") == 4e-5
+    assert value("make_optimizer.warmup_steps") == 400 and value("make_optimizer.decay") == "cosine"
+    assert value("make_optimizer.global_clipnorm") == 10.0 and value("make_optimizer.weight_decay") == 1e-4
+    assert value("load_pretrained.pooling") == "mean"
+    value = _bindings("moco_paper_nli.gin")
+    assert value("DualMomentumContrast.nli_weight") == 0.1 and value("DualMomentumContrast.nli_batch_size") == 128
+    assert value("DualMomentumContrast.nli_hidden") == 256 and value("DualMomentumContrast.queue_size") == 409_600
+
+
+def test_seed002_cpu_recipe_uses_queue_negatives_only_and_keeps_the_queue_within_the_momentum_lag():
+    value = _bindings("moco.gin")
+    assert not value("DualMomentumContrast.in_batch_negatives") and value("DualMomentumContrast.temperature") == 0.04
+    span = value("DualMomentumContrast.queue_size") / value("train.global_batch_size")
+    lag = 1 / (1 - value("DualMomentumContrast.momentum"))
+    assert span / lag == pytest.approx((409_600 / 1024) / (1 / (1 - 0.999)), rel=0.05)
+    assert value("make_optimizer.global_clipnorm") == 10.0

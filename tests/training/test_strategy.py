@@ -125,3 +125,30 @@ def test_two_workers_on_localhost_train_together(tmp_path, spm_model, quickstart
     assert (tmp_path / "run" / "checkpoints" / "ckpt-6.index").exists()
     assert sorted(os.listdir(tmp_path / "run")) == ["best", "checkpoints", "eval_results.jsonl", "export",
                                                     "operative_config.gin", "train"]
+
+
+def _dropout_masks(strategy, decorrelate):
+    """Each replica's dropout of the same ones, from a fresh layer seeded alike."""
+    import keras
+
+    from tf_msemb.training.strategy import decorrelate_dropout
+
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        layer = keras.layers.Dropout(0.5)
+    if decorrelate:
+        decorrelate_dropout(strategy, [layer.seed_generator.state])
+    ones = tf.ones((4, 16))
+    step = tf.function(lambda: strategy.run(lambda: layer(ones, training=True)))
+    return [[t.numpy() for t in strategy.experimental_local_results(step())] for _ in range(2)]
+
+
+def test_replicas_draw_their_own_dropout_masks_and_replica_zero_keeps_the_one_device_draws(two_device_strategy):
+    same = _dropout_masks(two_device_strategy, decorrelate=False)
+    assert all((a == b).all() for a, b in same)  # Keras alone: one mask for both replicas' examples
+    draws = _dropout_masks(two_device_strategy, decorrelate=True)
+    assert all(not (a == b).all() for a, b in draws)
+    assert not (draws[0][1] == draws[1][1]).all()  # a new mask each step on replica 1 too
+    single = _dropout_masks(tf.distribute.OneDeviceStrategy("/cpu:0"), decorrelate=True)
+    for (replica_zero, _), (one_device,) in zip(draws, single):
+        assert (replica_zero == one_device).all()

@@ -124,3 +124,29 @@ def test_objectives_receive_the_run_facts(tokenizer, tmp_path):
     assert model.total_steps == 37  # the tau schedule's K is the run's length, never a separate setting
     assert model.exports()["encoder"] == (tokenizer, model.encoder)
     assert float(model.tau(37)) == pytest.approx(1.0) and float(model.tau(0)) == pytest.approx(0.99999)
+
+
+def test_train_gives_each_replica_its_own_dropout_after_restoring(tokenizer, quickstart_records, tmp_path,
+                                                                  two_device_strategy, monkeypatch):
+    """The trainer hands every dropout seed state of the model to `decorrelate_dropout`, after the restore."""
+    import functools
+
+    from tf_msemb.data.pipeline import make_distributed_dataset
+    from tf_msemb.objectives.translation_ranking import TranslationRanking
+    from tf_msemb.training import trainer
+
+    calls = []
+
+    def spy(strategy, seed_states):
+        calls.append((strategy, [state.path for state in seed_states]))
+        return decorrelate(strategy, seed_states)
+
+    decorrelate = trainer.decorrelate_dropout
+    monkeypatch.setattr(trainer, "decorrelate_dropout", spy)
+    encoder = functools.partial(SentenceEncoder, **TINY | {"dropout": 0.1})
+    trainer.train(str(tmp_path / "run"), objective=TranslationRanking, tokenizer=tokenizer, encoder=encoder,
+                  strategy=two_device_strategy, global_batch_size=8, num_steps=1, log_every=1,
+                  dataset_fn=functools.partial(make_distributed_dataset, corpora=[quickstart_records], max_tokens=48))
+    [(strategy, paths)] = calls
+    assert strategy is two_device_strategy
+    assert len(paths) >= 3 and all(path.endswith("seed_generator_state") for path in paths)

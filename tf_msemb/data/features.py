@@ -9,6 +9,8 @@ set-up against the corpora (`prepare`), the mapping of parsed records to
 model inputs (`parse`, on chunks of records; `per_example`, after
 unbatching), its padding values and, for whole batches read from elsewhere,
 how they join the pair batches (`attach`). Adding a field is one class here.
+Features apply in order, so a later one may replace a field of an earlier
+one (`TargetTokens` re-tokenizes `tgt`).
 
 Token fields are `{"token_ids", "padding_mask"}` like a tokenizer's output.
 """
@@ -135,6 +137,23 @@ class TeacherTokens(InputFeature):
         return {"teacher_src": token_padding(self.tokenizer.pad_id)}
 
 
+class TargetTokens(InputFeature):
+    """`tgt` in the target side's own tokenizer (seed 002: a pre-trained encoder per language, Sec. 2).
+
+    Replaces the `tgt` of the training tokenizer; truncated to this
+    tokenizer's `max_length`, then filtered by `max_tokens` like any pair.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def parse(self, records, tokenizer):
+        return {"tgt": token_inputs(self.tokenizer.tokenize(records["tgt"]))}
+
+    def padding(self, tokenizer):
+        return {"tgt": token_padding(self.tokenizer.pad_id)}
+
+
 class HardNegatives(InputFeature):
     """`hard_negatives` `[b, count, length]` tokens: sentences close to `tgt` but wrong (seed 004, Sec. 3.2).
 
@@ -232,7 +251,7 @@ class NliBatch(InputFeature):
     """`nli`: a batch of labeled NLI pairs beside every pair batch (seed 002, Appendix B).
 
     Args:
-        path: an SNLI / MultiNLI jsonl file (`make_labeled_dataset`).
+        path: an SNLI / MultiNLI jsonl file, or a list of them (`make_labeled_dataset`).
         global_batch_size: NLI pairs per step over all replicas.
         format: its reader (`"nli_jsonl"`).
     """

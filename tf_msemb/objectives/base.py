@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.objectives.cross_replica import clip_summed_gradients
 from tf_msemb.objectives.cross_replica import num_replicas
 
 _NOT_OPTIONS = ("self", "encoder", "run")
@@ -104,9 +105,19 @@ class Objective(keras.Model):
         return self.optimizer.scale_loss(loss / num_replicas())
 
     def minimize(self, tape, scaled_loss, variables=None):
-        """One optimizer step on `variables` (default: every trainable variable)."""
+        """One optimizer step on `variables` (default: every trainable variable).
+
+        With the optimizer's `global_clipnorm`, the gradient summed over
+        replicas is clipped (`clip_summed_gradients`), as a one-device run
+        with the whole batch would clip it.
+        """
         variables = self.trainable_variables if variables is None else variables
-        self.optimizer.apply(tape.gradient(scaled_loss, variables), variables)
+        gradients = tape.gradient(scaled_loss, variables)
+        clip_norm = getattr(getattr(self.optimizer, "inner_optimizer", self.optimizer), "global_clipnorm", None)
+        if clip_norm:
+            # Gradients of a scaled loss (mixed_float16) are scaled too; so is the threshold.
+            gradients = clip_summed_gradients(gradients, clip_norm * self.optimizer.scale_loss(1.0))
+        self.optimizer.apply(gradients, variables)
 
     def report(self, **values):
         """Updates each tracker with the value of its name and returns every tracker's result.

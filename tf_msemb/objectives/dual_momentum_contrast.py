@@ -5,11 +5,13 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.data.features import NliBatch
+from tf_msemb.data.features import TargetTokens
 from tf_msemb.losses.momentum_contrast import symmetric_queue_loss
 from tf_msemb.losses.siamese import nli_softmax_loss
 from tf_msemb.losses.siamese import pair_features
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
@@ -35,8 +37,12 @@ class DualMomentumContrast(Objective):
         encoder: the base encoder of the source side (and of both sides
             unless `separate_encoders`).
         separate_encoders: one base and momentum encoder per side (the
-            paper's two monolingual BERTs); the target encoder starts as a
-            fresh copy of `encoder`'s architecture.
+            paper's two monolingual BERTs); without `target_pretrained` the
+            target encoder starts as a copy of `encoder`, weights included.
+        target_pretrained: a `load_pretrained` name or path for the target
+            side (implies `separate_encoders`): its own encoder and its own
+            tokenizer, which tokenizes `tgt` (`TargetTokens`) and is
+            exported with it. Its width must equal `encoder`'s.
         momentum: m of Eq. 1 (0.999 in the paper).
         queue_size: K vectors per queue (409,600 in the paper; 0 for none).
         temperature: T of Eq. 2 (0.04 in the paper).
@@ -51,23 +57,32 @@ class DualMomentumContrast(Objective):
             its dropout (0.1); the head classifies `(u, v, |u - v|)` 3 ways.
     """
 
-    def __init__(self, encoder, separate_encoders=False, momentum=0.999, queue_size=65_536, temperature=0.04,
-                 in_batch_negatives=False, nli_weight=0.0, nli_path=None, nli_batch_size=128, nli_hidden=256,
-                 nli_dropout=0.1, **kwargs):
+    def __init__(self, encoder, separate_encoders=False, target_pretrained=None, momentum=0.999, queue_size=65_536,
+                 temperature=0.04, in_batch_negatives=False, nli_weight=0.0, nli_path=None, nli_batch_size=128,
+                 nli_hidden=256, nli_dropout=0.1, **kwargs):
         super().__init__(ensure_built(encoder), **kwargs)
         if queue_size < 0 or (queue_size == 0 and not in_batch_negatives):
             raise ValueError(f"queue_size={queue_size} leaves no negatives; use a positive size or in_batch_negatives.")
-        self.separate_encoders = separate_encoders
-        self.target_encoder = (
-            ensure_built(encoder.__class__.from_config(encoder.get_config())) if separate_encoders else encoder
-        )
+        self.separate_encoders = separate_encoders or target_pretrained is not None
+        self.target_tokenizer, self.target_encoder = self.run.tokenizer, encoder
+        if target_pretrained is not None:
+            self.target_tokenizer, self.target_encoder = load_pretrained(target_pretrained)
+            ensure_built(self.target_encoder)
+            if self.target_encoder.output_dim != encoder.output_dim:
+                raise ValueError(f"DualMomentumContrast.target_pretrained {target_pretrained!r} gives "
+                                 f"{self.target_encoder.output_dim}-wide vectors and the source encoder "
+                                 f"{encoder.output_dim}-wide; both sides share the queues, so they must match.")
+        elif separate_encoders:
+            self.target_encoder = ensure_built(encoder.__class__.from_config(encoder.get_config()))
+            self.target_encoder.set_weights(encoder.get_weights())
+        self.target_pretrained = target_pretrained
         self.momentum = momentum
         self.queue_size = queue_size
         self.temperature = temperature
         self.in_batch_negatives = in_batch_negatives
         self.momentum_encoder = momentum_copy(self.encoder)
         self.target_momentum_encoder = (
-            momentum_copy(self.target_encoder) if separate_encoders else self.momentum_encoder
+            momentum_copy(self.target_encoder) if self.separate_encoders else self.momentum_encoder
         )
         dim = encoder.output_dim
         state = dict(trainable=False, aggregation="only_first_replica")
@@ -92,14 +107,15 @@ class DualMomentumContrast(Objective):
 
     @property
     def input_features(self):
-        """An NLI batch beside the translation pairs when the multi-task head is on."""
-        return [NliBatch(self.nli_path, self.nli_batch_size)] if self.nli_weight else []
+        """`tgt` in the target tokenizer with `target_pretrained`; an NLI batch when the multi-task head is on."""
+        features = [TargetTokens(self.target_tokenizer)] if self.target_pretrained is not None else []
+        return features + ([NliBatch(self.nli_path, self.nli_batch_size)] if self.nli_weight else [])
 
     def exports(self):
-        """The source-side base encoder; with separate encoders also the target side's, as `target`."""
+        """The source-side base encoder; with separate encoders also the target side's (with its tokenizer)."""
         exports = super().exports()
         if self.separate_encoders:
-            exports["target"] = (self.run.tokenizer, self.target_encoder)
+            exports["target"] = (self.target_tokenizer, self.target_encoder)
         return exports
 
     def call(self, inputs, training=False):
@@ -115,28 +131,41 @@ class DualMomentumContrast(Objective):
         self.queue_pointer.assign((self.queue_pointer.value + count) % self.queue_size)
         self.queue_filled.assign(tf.minimum(self.queue_filled.value + count, self.queue_size))
 
-    def train_step(self, data):
+    def contrastive_loss(self, data, training=True):
+        """Eq. 2 both ways against the queues, plus alpha times the NLI loss (Eq. 5).
+
+        Returns `{"loss", "accuracy", "keys_x", "keys_y"[, "nli_loss"]}`; the
+        keys (momentum encoders, gathered over replicas) carry no gradient.
+        """
         key_x = tf.stop_gradient(l2_normalize(self.momentum_encoder(data["src"], training=False)))
         key_y = tf.stop_gradient(l2_normalize(self.target_momentum_encoder(data["tgt"], training=False)))
         (keys_x, keys_y), labels = gather_candidates(key_x, key_y)
         valid = tf.range(self.queue_size) < self.queue_filled.value
+        h_x = l2_normalize(self.encoder(data["src"], training=training))
+        h_y = l2_normalize(self.target_encoder(data["tgt"], training=training))
+        queue_x, queue_y = tf.stop_gradient(self.queue_x.value), tf.stop_gradient(self.queue_y.value)
+        loss = symmetric_queue_loss(h_x, h_y, keys_x, keys_y, labels, queue_x, queue_y, self.temperature, valid,
+                                    self.in_batch_negatives)
+        results = {"accuracy": accuracy(h_x, keys_y, labels), "keys_x": keys_x, "keys_y": keys_y}
+        if self.nli_weight:
+            # App. B: the head classifies the sentence representations, L2-normalized as in Eq. 2.
+            premise = l2_normalize(self.encoder(data["nli"]["a"], training=training))
+            hypothesis = l2_normalize(self.encoder(data["nli"]["b"], training=training))
+            logits = self.nli_head(pair_features(premise, hypothesis), training=training)
+            results["nli_loss"] = nli_softmax_loss(logits, data["nli"]["target"])
+            loss = loss + self.nli_weight * results["nli_loss"]
+        return {"loss": loss, **results}
+
+    def train_step(self, data):
         with tf.GradientTape() as tape:
-            h_x = l2_normalize(self.encoder(data["src"], training=True))
-            h_y = l2_normalize(self.target_encoder(data["tgt"], training=True))
-            loss = symmetric_queue_loss(h_x, h_y, keys_x, keys_y, labels, self.queue_x.value, self.queue_y.value,
-                                        self.temperature, valid, self.in_batch_negatives)
-            if self.nli_weight:
-                premise = self.encoder(data["nli"]["a"], training=True)
-                hypothesis = self.encoder(data["nli"]["b"], training=True)
-                logits = self.nli_head(pair_features(premise, hypothesis), training=True)
-                nli_loss = nli_softmax_loss(logits, data["nli"]["target"])
-                loss = loss + self.nli_weight * nli_loss
-            scaled_loss = self.loss_to_minimize(loss)
+            results = self.contrastive_loss(data)
+            scaled_loss = self.loss_to_minimize(results["loss"])
         self.minimize(tape, scaled_loss)
         momentum_update(self.momentum_encoder, self.encoder, self.momentum)
         if self.separate_encoders:
             momentum_update(self.target_momentum_encoder, self.target_encoder, self.momentum)
         if self.queue_size:
-            self._enqueue(keys_x, keys_y)
-        extra = {"nli_loss": nli_loss} if self.nli_weight else {}
-        return self.report(loss=loss, accuracy=accuracy(h_x, keys_y, labels), **extra)
+            self._enqueue(results.pop("keys_x"), results.pop("keys_y"))
+        else:
+            results.pop("keys_x"), results.pop("keys_y")
+        return self.report(**results)

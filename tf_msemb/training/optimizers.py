@@ -44,7 +44,7 @@ def make_optimizer(
     beta_1=0.9,
     beta_2=0.999,
     epsilon=1e-6,
-    clipnorm=None,
+    global_clipnorm=None,
     momentum=0.9,
     lars_eta=0.001,
 ):
@@ -55,6 +55,10 @@ def make_optimizer(
     (`scaled_learning_rate`), so a recipe keeps its meaning on more replicas.
     `warmup_fraction` (of `total_steps`) replaces `warmup_steps` for a recipe
     whose paper warms up a share of its run (seed 000: 54K of 105K steps).
+
+    `global_clipnorm` clips the gradient by its global norm after the
+    replicas' gradients are summed (`Objective.minimize`; seed 002's
+    clip 10).
 
     For LARS, `weight_decay` is its coupled L2 rate and `momentum`, `lars_eta`
     its momentum and trust coefficient (seed 000: lr 0.02, momentum 0.9, decay 1e-6).
@@ -73,16 +77,17 @@ def make_optimizer(
             beta_1=beta_1,
             beta_2=beta_2,
             epsilon=epsilon,
-            clipnorm=clipnorm,
+            global_clipnorm=global_clipnorm,
         )
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
     if name == "adam":
         return keras.optimizers.Adam(
-            learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, clipnorm=clipnorm
+            learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm
         )
     if name == "lars":
         return LARS(
-            learning_rate=schedule, momentum=momentum, weight_decay_rate=weight_decay, eta=lars_eta, clipnorm=clipnorm
+            learning_rate=schedule, momentum=momentum, weight_decay_rate=weight_decay, eta=lars_eta,
+            global_clipnorm=global_clipnorm,
         )
     raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam' or 'lars'.")

@@ -100,3 +100,30 @@ def is_chief(strategy):
     if resolver is None or not resolver.task_type:
         return True
     return resolver.task_type == "chief" or (resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+# Seeds of replica r's dropout generators move by r times this (a prime far
+# above the replica counts, so no two generators of one model coincide).
+_SEED_STRIDE = 1_000_003
+
+
+def decorrelate_dropout(strategy, seed_states):
+    """Gives each replica its own dropout masks; call after restoring a checkpoint.
+
+    Keras' seed generators are mirrored variables: every replica starts from
+    the same `[seed, counter]` state and draws the same masks for different
+    examples. This moves the seed of replica r's own copy by r x stride
+    (an assignment in replica context changes only that copy). Replica 0
+    keeps the state a one-device run has, and checkpoints save replica 0's
+    copy, so a resumed run calls this again and continues exactly.
+    """
+    if strategy.num_replicas_in_sync == 1 or not seed_states:
+        return
+
+    def offset():
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        for state in seed_states:
+            shift = tf.cast(tf.stack([replica * _SEED_STRIDE, 0]), state.dtype)
+            state.assign(state.value + shift)
+
+    strategy.run(tf.function(offset))

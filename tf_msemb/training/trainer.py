@@ -33,6 +33,7 @@ from tf_msemb.models.precision import precision_policy
 from tf_msemb.models.precision import wrap_optimizer
 from tf_msemb.training.progress import ProgressLine
 from tf_msemb.training.progress import RunLog
+from tf_msemb.training.strategy import decorrelate_dropout
 from tf_msemb.training.strategy import is_chief
 from tf_msemb.training.strategy import make_strategy
 
@@ -175,6 +176,15 @@ def build_objective(objective, run, encoder, pretrained, init_from, model_dir, p
     return model, tokenizer
 
 
+def _resume(checkpoints, inputs):
+    """Restores the latest checkpoint of the run, if any, and says so."""
+    resumed = checkpoints.restore()
+    if resumed:
+        print(f"Resumed from {resumed}", flush=True)
+        if not inputs.checkpointable:
+            print("warning: this strategy's input position is not checkpointed; data restarts.", flush=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
     """When the loop stops, logs, checkpoints and exports (steps; wall minutes for the budget)."""
@@ -272,11 +282,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     state = tf.train.Checkpoint(model=model, optimizer=model.optimizer, data=inputs.iterators, seeds=seed_states,
                                 evaluation=dev.state())
     checkpoints = RunCheckpoints(state, model_dir, strategy, keep_checkpoints)
-    resumed = checkpoints.restore()
-    if resumed:
-        print(f"Resumed from {resumed}", flush=True)
-        if not inputs.checkpointable:
-            print("warning: this strategy's input position is not checkpointed; data restarts.", flush=True)
+    _resume(checkpoints, inputs)
+    decorrelate_dropout(strategy, seed_states)
     chief = is_chief(strategy)
     if chief:
         with open(os.path.join(model_dir, "operative_config.gin"), "w", encoding="utf-8") as f:
