@@ -50,6 +50,24 @@ def test_overlong_pairs_are_dropped(tokenizer, tmp_path):
     assert sorted(targets) == sorted(f"de{i}" for i in range(60) if i % 3)
 
 
+def test_truncate_keeps_overlong_pairs_cut_to_max_tokens_with_their_end_token(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"de": 12}, long_every=3)
+    ds = make_dataset(corpus, tokenizer, batch_size=12, max_tokens=20, repeat=False, drop_remainder=False,
+                      truncate=True, features=[F.RawText()])
+    batch = next(iter(ds))
+    ids, mask = batch["tgt"]["token_ids"].numpy(), batch["tgt"]["padding_mask"].numpy()
+    targets = [t.decode() for t in batch["tgt_text"].numpy()]
+    assert sorted(t.split()[0] for t in targets) == sorted(f"de{i}" for i in range(12)) and ids.shape[1] == 20
+    for row, text in enumerate(targets):
+        full = tokenizer.tokenize([text], truncate=False)[0].numpy()
+        if len(full) > 20:
+            expected = [*full[:19], tokenizer.eos_id]
+        else:
+            expected = list(full)
+        assert ids[row][mask[row]].tolist() == expected, text
+    assert any(len(tokenizer.tokenize([t], truncate=False)[0]) > 20 for t in targets)
+
+
 def test_language_pairs_are_balanced_by_default(tokenizer, tmp_path):
     corpus = _corpus(tmp_path, "c", {"de": 400, "fr": 20})
     ds = make_dataset(corpus, tokenizer, batch_size=50, max_tokens=48, features=[F.RawText()], shuffle_buffer=100)

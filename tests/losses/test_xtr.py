@@ -16,6 +16,31 @@ def test_bag_of_tokens_counts_real_tokens_only():
     np.testing.assert_allclose(bag, expected, rtol=1e-6)
 
 
+def _numpy_bag(ids, mask, vocabulary_size, ignore_ids):
+    bag = np.zeros((len(ids), vocabulary_size))
+    for row, (row_ids, row_mask) in enumerate(zip(ids, mask)):
+        tokens = [t for t, real in zip(row_ids, row_mask) if real and t not in ignore_ids]
+        for token in tokens:
+            bag[row, token] += 1.0 / len(tokens)
+    return bag
+
+
+def test_bag_of_tokens_matches_numpy_with_repeats_padding_specials_and_unk():
+    # Layout of our SentencePiece models: <pad>=0 <unk>=1 <s>=2 </s>=3; <unk> is counted, the others are not.
+    rng = np.random.default_rng(0)
+    ids = rng.choice([0, 1, 2, 3, 4, 5, 6, 7, 8], size=(6, 10), p=[0.1, 0.15, 0.1, 0.1, 0.25, 0.1, 0.1, 0.05, 0.05])
+    lengths = np.array([10, 7, 3, 1, 0, 5])
+    mask = np.arange(10) < lengths[:, None]
+    ids[1, 7:] = 5  # padded positions hold a real token id: the mask, not the id, says they are padding
+    ids[5, :5] = [2, 1, 1, 4, 3]
+    bag = np.asarray(bag_of_tokens(ids.astype(np.int32), mask, vocabulary_size=12, ignore_ids=(0, 2, 3)))
+    expected = _numpy_bag(ids, mask, 12, (0, 2, 3))
+    np.testing.assert_allclose(bag, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(bag[5], np.eye(12)[[1, 1, 4]].mean(axis=0), rtol=1e-6)
+    assert expected[:, 1].sum() > 0 and (np.abs(expected.sum(axis=1) - 1) < 1e-9).sum() >= 4
+    assert bag[4].sum() == 0.0
+
+
 def test_kl_matches_numpy_with_zero_target_entries():
     rng = np.random.default_rng(0)
     p = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 0.25, 0.75, 0.0]])

@@ -10,6 +10,7 @@ from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
 from tf_msemb.losses.xtr import bag_of_tokens
 from tf_msemb.losses.xtr import bidirectional_xtr_loss
 from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.objectives.base import RunFacts
 from tf_msemb.objectives.ems import EMS
 from tf_msemb.data.features import LanguageIds
 
@@ -23,6 +24,7 @@ ABLATIONS = {
     "- L_cntrs": {"contrastive": None},
     "- L_XTR": {"xtr": False},
     "- L_cntrs_mlp": {"contrastive_mlp": False},
+    "share L_emb params": {"share_output_embedding": True},
     "AMS instead of InfoNCE": {"contrastive": "ams", "contrastive_mlp": False, "xtr": False},
     "AMS+MLP": {"contrastive": "ams", "xtr": False},
     "AMS+MLP+XTR": {"contrastive": "ams"},
@@ -34,6 +36,12 @@ def _model(optimizer, dropout=0.1, seed=0, vocabulary_size=VOCABULARY, **options
     model = EMS(SentenceEncoder(vocabulary_size, dropout=dropout, **TINY), language_dim=6, contrastive_dim=8,
                 **options)
     model.build()
+    # Random head weights, biases included: a bias the paper has not (W_emb's) would then show.
+    rng = np.random.default_rng(seed)
+    encoder_weights = {id(w) for w in model.encoder.weights}
+    for weight in model.weights:
+        if id(weight) not in encoder_weights:
+            weight.assign(rng.normal(scale=0.3, size=weight.shape).astype(np.float32))
     model.compile(optimizer=optimizer)
     model.optimizer.build(model.trainable_variables)
     return model
@@ -56,16 +64,21 @@ def test_each_ablation_computes_its_parts_of_the_joint_loss(name):
     u, v = model.encoder(data["src"]), model.encoder(data["tgt"])
     xtr, contrastive, language = options.get("xtr", True), options.get("contrastive", "info_nce"), None
     if xtr:
-        bags = [bag_of_tokens(data[s]["token_ids"], data[s]["padding_mask"], VOCABULARY, (0, 1, 2, 3))
+        bags = [bag_of_tokens(data[s]["token_ids"], data[s]["padding_mask"], VOCABULARY, (0, 2, 3))
                 for s in ("src", "tgt")]
         language = options.get("language_embedding", True)
         lang_u = tf.gather(model.language_table.embeddings, data["tgt_lang_id"]) if language else None
         lang_v = tf.gather(model.language_table.embeddings, data["src_lang_id"]) if language else None
+        shared = options.get("share_output_embedding", False)
+        w_emb = (tf.transpose(model.encoder.backbone.token_embedding.embeddings) if shared
+                 else model.xtr_output.kernel)
+        assert hasattr(model, "xtr_output") != shared
 
         def head(sentence, lang):
+            # Eq. 4: q = softmax(W_emb swish(W_fc [u_la ; u] + b_fc)), no output bias.
             h = sentence if lang is None else tf.concat([lang, sentence], axis=-1)
             h = tf.nn.silu(h @ model.xtr_fc.kernel + model.xtr_fc.bias)
-            return h @ model.xtr_output.kernel + model.xtr_output.bias
+            return h @ w_emb
 
         expected_xtr = float(bidirectional_xtr_loss(bags[0], bags[1], head(u, lang_u), head(v, lang_v)))
         assert float(logs["xtr_loss"]) == pytest.approx(expected_xtr, rel=1e-5)
@@ -116,3 +129,80 @@ def test_loss_falls_on_real_pairs_with_language_tokens(tokenizer, quickstart_rec
         logs.append({k: float(v) for k, v in step(next(data)).items()})
     for part in ("xtr_loss", "contrastive_loss"):
         assert np.mean([log[part] for log in logs[-10:]]) < 0.8 * np.mean([log[part] for log in logs[:5]]), part
+
+
+def _xtr_gradients(model, data):
+    with tf.GradientTape() as tape:
+        xtr_loss, _ = model.losses_for(data)
+    return dict(zip([w.path for w in model.trainable_variables],
+                    tape.gradient(xtr_loss, model.trainable_variables)))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_share_output_embedding_trains_the_input_table_through_xtr(shared):
+    """With `share L_emb params` XTR's softmax reaches every row of the input table; without, only the input's rows."""
+    model = _model(keras.optimizers.SGD(0.0), dropout=0.0, share_output_embedding=shared)
+    data = _batch(np.random.default_rng(2))
+    gradients = _xtr_gradients(model, data)
+    table = tf.convert_to_tensor(gradients[model.encoder.backbone.token_embedding.embeddings.path])
+    seen = np.unique(np.concatenate([data[s]["token_ids"].ravel() for s in ("src", "tgt")]))
+    unseen = np.setdiff1d(np.arange(VOCABULARY), seen)
+    assert unseen.size and float(tf.reduce_max(tf.abs(tf.gather(table, seen)))) > 0
+    assert (float(tf.reduce_min(tf.reduce_max(tf.abs(tf.gather(table, unseen)), axis=1))) > 0) == shared
+    own_table = [path for path in gradients if "xtr_output_embedding" in path]
+    assert own_table == ([] if shared else [model.xtr_output.kernel.path])
+    for path in own_table:
+        assert float(tf.reduce_max(tf.abs(gradients[path]))) > 0
+
+
+def test_ignore_ids_come_from_the_tokenizer_and_keep_unk(tokenizer):
+    model = EMS(SentenceEncoder(tokenizer.vocabulary_size, **TINY), run=RunFacts(tokenizer=tokenizer))
+    assert model.ignore_ids == tuple(sorted({tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}))
+    assert tokenizer.unk_id not in model.ignore_ids and tokenizer.unk_id in tokenizer.special_ids
+
+
+def _two_replica_step(strategy, make_model, batch):
+    with strategy.scope():
+        model = make_model()
+    half = len(batch["src_lang_id"]) // 2
+
+    def per_replica(context):
+        start = half * context.replica_id_in_sync_group
+        return tf.nest.map_structure(lambda t: t[start : start + half], batch)
+
+    @tf.function
+    def step(data):
+        logs = strategy.run(model.train_step, args=(data,))
+        return {k: strategy.reduce("MEAN", v, axis=None) for k, v in logs.items()}
+
+    initial = [w.copy() for w in model.get_weights()]
+    logs = step(strategy.experimental_distribute_values_from_function(per_replica))
+    return {k: float(v) for k, v in logs.items()}, [after - before for after, before in zip(model.get_weights(), initial)]
+
+
+def test_per_replica_negatives_differ_from_gathered_ones_under_two_replicas(two_device_strategy):
+    """`gather_negatives=False` is the paper's per-GPU batch: each replica's loss and gradient see only its half."""
+    batch = _batch(np.random.default_rng(3))
+    halves = [tf.nest.map_structure(lambda t, i=i: t[4 * i : 4 * i + 4], batch) for i in range(2)]
+
+    def make(gather, optimizer=None):
+        return lambda: _model(optimizer or keras.optimizers.SGD(1.0), dropout=0.0, xtr=False,
+                              gather_negatives=gather)
+
+    gathered, _ = _two_replica_step(two_device_strategy, make(True), batch)
+    per_replica, update = _two_replica_step(two_device_strategy, make(False), batch)
+    single = make(False)()
+    full = float(single.losses_for(batch)[1])
+    half_losses = [float(single.losses_for(h)[1]) for h in halves]
+    assert gathered["contrastive_loss"] == pytest.approx(full, rel=1e-5)
+    assert per_replica["contrastive_loss"] == pytest.approx(np.mean(half_losses), rel=1e-5)
+    assert abs(per_replica["contrastive_loss"] - gathered["contrastive_loss"]) > 0.1
+    # SGD(1) on the mean of the two replicas' losses: the mean of one-device steps on each half.
+    half_updates = []
+    for h in halves:
+        model = make(False)()
+        initial = [w.copy() for w in model.get_weights()]
+        tf.function(model.train_step)(h)
+        half_updates.append([after - before for after, before in zip(model.get_weights(), initial)])
+    for got, first, second in zip(update, *half_updates):
+        np.testing.assert_allclose(got, (first + second) / 2, rtol=1e-5, atol=1e-5)

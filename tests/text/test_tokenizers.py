@@ -93,6 +93,21 @@ def test_missing_model_file_is_named(tmp_path):
         SentencePieceTokenizer(str(tmp_path / "nope.model"))
 
 
+def test_lowercase_lowers_non_ascii_in_graph_and_travels_in_the_config(spm_model):
+    sp = spm.SentencePieceProcessor(model_file=spm_model)
+    texts = ["ÉCOLE ÜBER DIE STRAẞE", "Ärger im ΠΑΡΚ, Жена"]
+    tok = SentencePieceTokenizer(spm_model, lowercase=True)
+    clone = SentencePieceTokenizer.from_config(tok.get_config())
+    graph = tf.function(lambda t: clone(t)["token_ids"], input_signature=[tf.TensorSpec([None], tf.string)])
+    cased = SentencePieceTokenizer(spm_model)
+    for row, text in enumerate(texts):
+        expected = [tok.bos_id] + sp.encode(text.lower()) + [tok.eos_id]
+        assert graph(tf.constant(texts))[row, : len(expected)].numpy().tolist() == expected
+        assert cased.tokenize([text])[0].numpy().tolist() != expected
+    assert clone.lowercase is True and cased.get_config()["lowercase"] is False
+    assert tok.fingerprint() != cased.fingerprint()
+
+
 def test_config_round_trip(tokenizer, vocab_file):
     clone = SentencePieceTokenizer.from_config(tokenizer.get_config())
     assert clone.max_length == tokenizer.max_length and clone.model_file == tokenizer.model_file

@@ -2,7 +2,7 @@
 
 read shards (interleaved) -> balanced sampling over corpora and language pairs
 -> shuffle -> parse + tokenize in chunks, applying the objective's input
-features -> drop pairs over `max_tokens` -> batch (`drop_remainder` so every
+features -> drop (or truncate) pairs over `max_tokens` -> batch (`drop_remainder` so every
 replica gets equal, static batches).
 """
 
@@ -23,12 +23,14 @@ _CHUNK = 512
 @gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed", "features"])
 def make_dataset(corpora, tokenizer, batch_size, features=(), max_tokens=128, corpus_weights=None, pair_weights=None,
                  proportional=False, shuffle_buffer=10_000, seed=0, repeat=True, drop_remainder=True,
-                 input_context=None, bucket_boundaries=None, pretokenized=False):
+                 input_context=None, bucket_boundaries=None, pretokenized=False, truncate=False):
     """Batches of `{"src": tokens, "tgt": tokens}` plus the fields of `features`.
 
     `tokens` is the tokenizer's `{"token_ids", "padding_mask"}`, padded to
     the longest sequence in the batch. Pairs where either side has more than
-    `max_tokens` tokens (special tokens included) are dropped, not truncated.
+    `max_tokens` tokens (special tokens included) are dropped; with
+    `truncate`, such a side is cut to its first `max_tokens` tokens instead,
+    its end token kept (seed 003 truncates to 120 tokens, Sec. IV-C).
     `features` are `data.features.InputFeature`s (what the objective
     declares). With `pretokenized`, the token ids stored at writing time are
     read instead of tokenizing the text. With `bucket_boundaries` (token
@@ -64,8 +66,24 @@ def make_dataset(corpora, tokenizer, batch_size, features=(), max_tokens=128, co
     def longer_side(example):
         return tf.maximum(tf.size(example["src"]["token_ids"]), tf.size(example["tgt"]["token_ids"]))
 
+    def truncated(example):
+        for side in ("src", "tgt"):
+            ids = example[side]["token_ids"]
+            if tokenizer.add_eos:
+                # The last token (the end token) follows the first max_tokens - 1 of a longer side.
+                ids = tf.concat([ids[: max_tokens - 1], ids[max_tokens - 1 :][-1:]], axis=0)
+            else:
+                ids = ids[:max_tokens]
+            example[side] = {"token_ids": ids, "padding_mask": tf.ones_like(ids, dtype=tf.bool)}
+        return example
+
     examples = (records.batch(_CHUNK).map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .unbatch().filter(lambda example: longer_side(example) <= max_tokens).map(per_example))
+                .unbatch())
+    if truncate:
+        examples = examples.map(truncated)
+    else:
+        examples = examples.filter(lambda example: longer_side(example) <= max_tokens)
+    examples = examples.map(per_example)
     padding = {name: value for feature in features for name, value in feature.padding(tokenizer).items()}
     if bucket_boundaries:
         batches = examples.bucket_by_sequence_length(

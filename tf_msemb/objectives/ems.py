@@ -3,6 +3,7 @@
 import gin
 import keras
 import tensorflow as tf
+from keras import ops
 
 from tf_msemb.data.features import LanguageIds
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
@@ -23,16 +24,18 @@ class EMS(Objective):
 
     XTR head (Eq. 2-5): the target language's `<2xx>` token is embedded by
     its own table (`u_la`, `language_dim`), concatenated with the sentence
-    vector `u`, passed through a swish layer and an output embedding over the
-    vocabulary that is not shared with the input embedding; its softmax must
-    match the translation's bag of tokens (Eq. 6-7, both directions).
-    Contrastive head: `g(u) = W1 relu(W2 u + b2) + b1` to `contrastive_dim`,
-    then in-batch InfoNCE with temperature T both ways, against the targets
-    of every replica (Sec. III-C). Only the encoder is exported.
+    vector `u`, passed through a swish layer `L_fc` and an output embedding
+    `L_emb` over the vocabulary (no bias, not shared with the input
+    embedding); its softmax must match the translation's bag of tokens
+    (Eq. 6-7, both directions). Contrastive head: `g(u) = W1 relu(W2 u + b2)
+    + b1` to `contrastive_dim`, then in-batch InfoNCE with temperature T both
+    ways (Eq. 8-11): the paper's batch is each GPU's own; `gather_negatives`
+    adds the targets of every replica. Only the encoder is exported.
 
     The objective ablations of the paper's Table XIV are switches:
     `language_embedding=False` (- langs tok), `contrastive=None` (- L_cntrs),
     `xtr=False` (- L_XTR), `contrastive_mlp=False` (- L_cntrs_mlp),
+    `share_output_embedding=True` (share L_emb params),
     `contrastive="ams"` with `contrastive_mlp=False, xtr=False` (AMS instead
     of InfoNCE: LaBSE-EMS-vanilla), `contrastive="ams"` with `xtr=False`
     (AMS+MLP) and `contrastive="ams"` (AMS+MLP+XTR: LaBSE-EMS-joint).
@@ -48,16 +51,24 @@ class EMS(Objective):
         contrastive_dim: d_cntrs (128).
         temperature: T (0.1).
         margin: the AMS margin (0.3).
-        special_ids: token ids left out of the bag of tokens; default: the
-            run tokenizer's `special_ids` (pad, unk, begin, end), or those of
-            our SentencePiece layout (`text.vocabulary`) outside a run.
+        gather_negatives: score each replica's sources against the targets
+            of all replicas (and the reverse); False keeps each replica's
+            batch to itself, as the paper's per-GPU batch of 152.
+        share_output_embedding: `L_emb` is the transformer's input token
+            embedding (Table XIV "share L_emb params", the tied output of
+            the authors' earlier bilingual model); `L_fc` then maps to the
+            encoder's hidden size so the two fit.
+        ignore_ids: token ids left out of the bag of tokens; default: the
+            run tokenizer's `control_ids` (pad, begin, end), or those of our
+            SentencePiece layout (`text.vocabulary`) outside a run. `<unk>`
+            stays in the bag: Eq. 7 counts every token of the sentence.
         languages: the tags whose `<2xx>` ids the batches carry (default:
             those the corpus manifests name).
     """
 
     def __init__(self, encoder, xtr=True, language_embedding=True, language_dim=128, contrastive="info_nce",
-                 contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, special_ids=None,
-                 languages=None, **kwargs):
+                 contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, gather_negatives=True,
+                 share_output_embedding=False, ignore_ids=None, languages=None, **kwargs):
         super().__init__(ensure_built(encoder), **kwargs)
         if contrastive not in CONTRASTIVE:
             raise ValueError(f"Unknown contrastive loss {contrastive!r}; choose from {CONTRASTIVE}.")
@@ -69,9 +80,11 @@ class EMS(Objective):
         self.contrastive_mlp = contrastive_mlp and contrastive is not None
         self.temperature = temperature
         self.margin = margin if contrastive == "ams" else 0.0
-        if special_ids is None:
-            special_ids = self.run.tokenizer.special_ids if self.run.tokenizer else vocabulary.SPECIAL_IDS
-        self.special_ids = tuple(special_ids)
+        self.gather_negatives = gather_negatives
+        self.share_output_embedding = share_output_embedding and xtr
+        if ignore_ids is None:
+            ignore_ids = self.run.tokenizer.control_ids if self.run.tokenizer else vocabulary.CONTROL_IDS
+        self.ignore_ids = tuple(ignore_ids)
         self.languages = languages
         dim, vocabulary_size = encoder.output_dim, encoder.vocabulary_size
         self.vocabulary_size = vocabulary_size
@@ -80,10 +93,13 @@ class EMS(Objective):
             self.language_table.build((None,))
         if xtr:
             width = dim + (language_dim if self.language_embedding else 0)
-            self.xtr_fc = keras.layers.Dense(width, activation="swish", name="xtr_fc")
-            self.xtr_output = keras.layers.Dense(vocabulary_size, name="xtr_output_embedding")
+            if self.share_output_embedding:
+                self.xtr_fc = keras.layers.Dense(self._input_embedding().shape[1], activation="swish", name="xtr_fc")
+            else:
+                self.xtr_fc = keras.layers.Dense(width, activation="swish", name="xtr_fc")
+                self.xtr_output = keras.layers.Dense(vocabulary_size, use_bias=False, name="xtr_output_embedding")
+                self.xtr_output.build((None, width))
             self.xtr_fc.build((None, width))
-            self.xtr_output.build((None, width))
         if self.contrastive_mlp:
             self.contrastive_hidden = keras.layers.Dense(dim, activation="relu", name="contrastive_hidden")
             self.contrastive_output = keras.layers.Dense(contrastive_dim, name="contrastive_output")
@@ -99,11 +115,21 @@ class EMS(Objective):
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
 
+    def _input_embedding(self):
+        """The encoder's input token embedding `[V, hidden]`, which `share_output_embedding` reuses as `W_emb`."""
+        layer = getattr(getattr(self.encoder, "backbone", None), "token_embedding", None)
+        if layer is None:
+            raise ValueError("EMS.share_output_embedding needs an encoder whose backbone has a token_embedding layer.")
+        return layer.embeddings
+
     def xtr_logits(self, sentence, language_id=None):
         """`W_emb swish(W_fc [u_la ; u] + b_fc)` (Eq. 4-5), before the softmax."""
         if self.language_embedding:
             sentence = tf.concat([self.language_table(language_id), sentence], axis=-1)
-        return self.xtr_output(self.xtr_fc(sentence))
+        hidden = self.xtr_fc(sentence)
+        if self.share_output_embedding:
+            return ops.matmul(hidden, ops.transpose(ops.cast(self._input_embedding(), hidden.dtype)))
+        return self.xtr_output(hidden)
 
     def contrastive_projection(self, sentence):
         """`g(u) = W1 relu(W2 u + b2) + b1`, or `u` itself without the MLP, L2-normalized."""
@@ -119,7 +145,7 @@ class EMS(Objective):
         if self.xtr:
             bags = [
                 bag_of_tokens(data[side]["token_ids"], data[side]["padding_mask"], self.vocabulary_size,
-                              self.special_ids)
+                              self.ignore_ids)
                 for side in ("src", "tgt")
             ]
             logits_u = self.xtr_logits(u, data.get("tgt_lang_id"))
@@ -127,7 +153,10 @@ class EMS(Objective):
             xtr_loss = bidirectional_xtr_loss(bags[0], bags[1], logits_u, logits_v)
         if self.contrastive is not None:
             x, y = self.contrastive_projection(u), self.contrastive_projection(v)
-            (x_all, y_all), labels = gather_candidates(x, y)
+            if self.gather_negatives:
+                (x_all, y_all), labels = gather_candidates(x, y)
+            else:
+                x_all, y_all, labels = x, y, tf.range(tf.shape(x)[0])
             contrastive_loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, 1.0 / self.temperature,
                                                           self.margin)
         return xtr_loss, contrastive_loss

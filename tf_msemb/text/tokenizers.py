@@ -86,8 +86,13 @@ class SubwordTokenizer(keras.layers.Layer):
 
     @property
     def special_ids(self):
-        """The ids of padding, unknown, begin and end tokens (left out of EMS's bag of tokens)."""
+        """The ids of padding, unknown, begin and end tokens."""
         return tuple(sorted({self.pad_id, self.unk_id, self.bos_id, self.eos_id}))
+
+    @property
+    def control_ids(self):
+        """The ids of padding, begin and end tokens: `special_ids` but `<unk>`, which stands for text."""
+        return tuple(sorted({self.pad_id, self.bos_id, self.eos_id}))
 
     def pad(self, ids):
         """Ragged ids -> dense ids and mask, at least one column wide."""
@@ -137,11 +142,16 @@ class SentencePieceTokenizer(SubwordTokenizer):
     Args:
         model_file: path of the `.model` file; its bytes are embedded in the
             graph, so exports carry the tokenizer with them.
+        lowercase: lower-case the text (UTF-8 aware, in-graph, after
+            `normalize`), for a model trained on lower-cased text as seed
+            003's (Sec. IV-B).
     """
 
-    def __init__(self, model_file, max_length=128, add_bos=True, add_eos=True, normalize=True, **kwargs):
+    def __init__(self, model_file, max_length=128, add_bos=True, add_eos=True, normalize=True, lowercase=False,
+                 **kwargs):
         super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
         self.model_file = os.fspath(model_file)
+        self.lowercase = lowercase
         self.proto = _read_bytes(self.model_file, "SentencePiece model")
         sp = self._sentencepiece()
         self._vocabulary_size = int(sp.vocab_size())
@@ -167,11 +177,13 @@ class SentencePieceTokenizer(SubwordTokenizer):
         return self._piece_ids[piece]
 
     def _tokenize_normalized(self, texts):
+        if self.lowercase:
+            texts = tf.strings.lower(texts, encoding="utf-8")
         return self._sentencepiece().tokenize(texts)
 
     def get_config(self):
         config = super().get_config()
-        config["model_file"] = self.model_file
+        config.update(model_file=self.model_file, lowercase=self.lowercase)
         return config
 
     @property

@@ -7,6 +7,8 @@ Ids 0-3 are `<pad> <unk> <s> </s>`; then one `<2xx>` token per language
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_PIECES = (PAD, UNK, BOS, EOS)
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = SPECIAL_IDS = tuple(range(len(SPECIAL_PIECES)))
+# The ids that mark structure rather than text: all special ids but <unk>.
+CONTROL_IDS = (PAD_ID, BOS_ID, EOS_ID)
 
 
 def language_token(language):

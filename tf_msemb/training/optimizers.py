@@ -5,6 +5,7 @@ import math
 import gin
 import keras
 
+from tf_msemb.training.adam_l2 import AdamL2
 from tf_msemb.training.lars import LARS
 from tf_msemb.training.schedules import WarmupDecay
 
@@ -48,7 +49,7 @@ def make_optimizer(
     momentum=0.9,
     lars_eta=0.001,
 ):
-    """AdamW, Adam or LARS with warm-up then decay; `total_steps` and `global_batch_size` come from the train loop.
+    """AdamW, Adam, Adam with L2 or LARS with warm-up then decay; `total_steps` and `global_batch_size` come from the train loop.
 
     `learning_rate` is the peak rate at `reference_batch_size`; `scaling`
     (`"none"`, `"linear"`, `"sqrt"`) adapts it to the run's global batch
@@ -62,6 +63,8 @@ def make_optimizer(
 
     For LARS, `weight_decay` is its coupled L2 rate and `momentum`, `lars_eta`
     its momentum and trust coefficient (seed 000: lr 0.02, momentum 0.9, decay 1e-6).
+    For `"adam_l2"` (Adam with L2, seed 003), `weight_decay` is the coupled L2
+    rate added to every gradient (`AdamL2`), not AdamW's decoupled decay.
     """
     if global_batch_size is not None:
         learning_rate = scaled_learning_rate(learning_rate, global_batch_size, scaling, reference_batch_size)
@@ -85,9 +88,13 @@ def make_optimizer(
         return keras.optimizers.Adam(
             learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm
         )
+    if name == "adam_l2":
+        return AdamL2(
+            l2=weight_decay, learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, clipnorm=clipnorm
+        )
     if name == "lars":
         return LARS(
             learning_rate=schedule, momentum=momentum, weight_decay_rate=weight_decay, eta=lars_eta,
             global_clipnorm=global_clipnorm,
         )
-    raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam' or 'lars'.")
+    raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam', 'adam_l2' or 'lars'.")
