@@ -71,8 +71,8 @@ def test_unidirectional_baseline_ranks_targets_only():
 def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, hard, scoring, scale, learning_rate):
     batch = _batch(np.random.default_rng(1), hard=hard)
     assert_two_replicas_match_one(
-        lambda: _model(50, keras.optimizers.SGD(learning_rate), dropout=0.0, num_hard_negatives=hard, length_penalty=0.1,
-                       scoring=scoring, scale=scale),
+        lambda: _model(50, keras.optimizers.SGD(learning_rate), dropout=0.0, num_hard_negatives=hard,
+                       length_penalty=0.1, scoring=scoring, scale=scale),
         batch,
         two_device_strategy,
     )

@@ -46,8 +46,10 @@ def make_optimizer(
     clipnorm=None,
     momentum=0.9,
     lars_eta=0.001,
+    step_at=0.825,
+    step_factor=0.1,
 ):
-    """AdamW, Adam or LARS with warm-up then decay; `total_steps` and `global_batch_size` come from the train loop.
+    """AdamW, Adam, LARS (warm-up then decay) or SGD (a step); `total_steps`, `global_batch_size` come from the loop.
 
     `learning_rate` is the peak rate at `reference_batch_size`; `scaling`
     (`"none"`, `"linear"`, `"sqrt"`) adapts it to the run's global batch
@@ -55,9 +57,19 @@ def make_optimizer(
 
     For LARS, `weight_decay` is its coupled L2 rate and `momentum`, `lars_eta`
     its momentum and trust coefficient (seed 000: lr 0.02, momentum 0.9, decay 1e-6).
+
+    `"sgd"` (with `momentum`; 0 is plain SGD) follows seed 004's step schedule
+    instead of warm-up and decay: `learning_rate` until `step_at` of the run,
+    then `learning_rate * step_factor` (Sec. 4.2: 0.003, then 0.0003 after 33M
+    of 40M steps, so `step_at = 0.825`, `step_factor = 0.1`).
     """
     if global_batch_size is not None:
         learning_rate = scaled_learning_rate(learning_rate, global_batch_size, scaling, reference_batch_size)
+    if name == "sgd":
+        schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
+            [int(step_at * total_steps)], [learning_rate, learning_rate * step_factor]
+        )
+        return keras.optimizers.SGD(learning_rate=schedule, momentum=momentum, clipnorm=clipnorm)
     schedule = WarmupDecay(learning_rate, min(warmup_steps, total_steps), total_steps, decay, end_fraction)
     if name == "adamw":
         optimizer = keras.optimizers.AdamW(
@@ -78,4 +90,4 @@ def make_optimizer(
         return LARS(
             learning_rate=schedule, momentum=momentum, weight_decay_rate=weight_decay, eta=lars_eta, clipnorm=clipnorm
         )
-    raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam' or 'lars'.")
+    raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam', 'lars' or 'sgd'.")
