@@ -26,7 +26,8 @@ mining: BUCC-style bitext mining. `--src_train`, `--tgt_train` and
 `--gold_train` name the train split (`id<TAB>sentence` files and an
 `id1<TAB>id2` gold file), `--src`, `--tgt`, `--gold` the test split; the
 score threshold that maximizes F1 on train is applied to test. `--margin` (ratio, distance, absolute, rescore,
-rescore_one_sided), `--selection` (forward, backward, intersect, max), `--knn`.
+rescore_one_sided), `--selection` (forward, backward, intersect, max), `--knn`, `--pick` (nearest, best_of_k;
+default: the margin's paper's rule).
 
 classify: zero-shot cross-lingual transfer. An MLP trained on the frozen
 embeddings of `--classify_train=FILE` (`label<TAB>text`, language A) is
@@ -91,6 +92,8 @@ flags.DEFINE_string("gold", None, "Test split: id1<TAB>id2 gold pairs, scored at
 flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score (mining).")
 flags.DEFINE_enum("selection", "intersect", list(mining.SELECTIONS), "Candidate selection (mining).")
 flags.DEFINE_integer("knn", 4, "Neighbours per direction (mining).")
+flags.DEFINE_enum("pick", None, list(mining.PICKS), "Each query's candidate: the cosine nearest (seed 004) or the best "
+                  "margin of the k (Artetxe & Schwenk); default: the margin's paper's rule (mining).")
 flags.DEFINE_string("classify_train", None, "label<TAB>text file of language A (classify).")
 flags.DEFINE_multi_string("classify_test", [], "label<TAB>text file of a language B (classify).")
 flags.DEFINE_integer("seeds", 5, "Classifier trainings, each with its own seed (classify).")
@@ -138,7 +141,7 @@ def build_evaluators():
             raise CorpusError("mining needs --src_train, --tgt_train and --gold_train (and for a test split "
                               "all of --src, --tgt and --gold)")
         return [MiningEvaluator(train, test if all(test) else None, k=FLAGS.knn, margin=FLAGS.margin,
-                                selection=FLAGS.selection, index=FLAGS.index, nprobe=FLAGS.nprobe)]
+                                selection=FLAGS.selection, index=FLAGS.index, nprobe=FLAGS.nprobe, pick=FLAGS.pick)]
     if FLAGS.task == "distillation":
         if not (FLAGS.pair and FLAGS.teacher):
             raise CorpusError("distillation needs --pair=SRC_FILE,TGT_FILE and --teacher")

@@ -41,6 +41,8 @@ flags.DEFINE_integer("nprobe", 16, "Cells visited per query by the ivf indexes."
 flags.DEFINE_integer("k", 4, "Neighbours per direction for the margin.")
 flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score.")
 flags.DEFINE_enum("selection", "max", list(mining.SELECTIONS), "Candidate selection.")
+flags.DEFINE_enum("pick", None, list(mining.PICKS), "Each query's candidate: the cosine nearest (seed 004) or the best "
+                  "margin of the k (Artetxe & Schwenk); default: the margin's paper's rule.")
 flags.DEFINE_integer("chunk_size", 50_000, "Sentences per encoding chunk and vectors per search chunk.")
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.mark_flags_as_required(["model", "src", "tgt", "output"])
@@ -65,7 +67,7 @@ def main(argv):
         embeddings.append((sentences, cached_embeddings(model, sentences, cache, FLAGS.dtype, FLAGS.chunk_size,
                                                         FLAGS.batch_size, model_id=os.path.abspath(export))))
     (src, x), (tgt, y) = embeddings
-    pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index,
+    pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index, FLAGS.pick,
                         chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes)
     with open(FLAGS.output, "w", encoding="utf-8") as f:
         for score, i, j in pairs:

@@ -4,6 +4,7 @@ import pytest
 from tf_msemb.evaluation.mining import best_threshold
 from tf_msemb.evaluation.mining import candidates_from_knn
 from tf_msemb.evaluation.mining import margin_candidates
+from tf_msemb.evaluation.mining import mine
 from tf_msemb.evaluation.mining import precision_recall_f1
 from tf_msemb.evaluation.mining import select
 
@@ -116,3 +117,39 @@ def test_approximate_index_mines_the_same_pairs():
     approximate_pairs = {(i, j) for _, i, j in approximate}
     assert len(exact_pairs & approximate_pairs) >= 0.95 * len(exact_pairs)
     assert {(i, i) for i in range(300)} >= exact_pairs and len(exact_pairs) > 280
+
+
+def test_seed004_rescores_the_cosine_nearest_where_artetxe_schwenk_take_the_best_margin_of_k():
+    # x0's cosine nearest is y0 (0.9), but y0 is near everything: y1 (0.85, sparse neighbourhood) rescores higher.
+    forward_knn = (np.array([[0.9, 0.85], [0.88, 0.1]], np.float32), np.array([[0, 1], [0, 1]]))
+    backward_knn = (np.array([[0.9, 0.88], [0.85, 0.1]], np.float32), np.array([[0, 1], [0, 1]]))
+    mean_x, mean_y = np.array([0.875, 0.49]), np.array([0.89, 0.475])
+    rescored = lambda cos, i, j: cos / ((mean_x[i] + mean_y[j]) / 2) + cos  # noqa: E731 -- Eq. 9
+    nearest, _ = candidates_from_knn(forward_knn, backward_knn, "rescore")
+    assert nearest[0] == (pytest.approx(rescored(0.9, 0, 0), rel=1e-5), 0, 0)
+    best_of_k, _ = candidates_from_knn(forward_knn, backward_knn, "rescore", pick="best_of_k")
+    assert best_of_k[0] == (pytest.approx(rescored(0.85, 0, 1), rel=1e-5), 0, 1)
+    assert rescored(0.85, 0, 1) > rescored(0.9, 0, 0)
+    # Each margin's own paper is the default: A&S's ratio takes the best of k.
+    ratio, _ = candidates_from_knn(forward_knn, backward_knn, "ratio")
+    assert ratio[0][1:] == (0, 1)
+    assert candidates_from_knn(forward_knn, backward_knn, "ratio", pick="nearest")[0][0][1:] == (0, 0)
+    with pytest.raises(ValueError, match="Unknown pick 'second'"):
+        candidates_from_knn(forward_knn, backward_knn, "ratio", pick="second")
+
+
+def test_hub_fools_raw_cosine_and_the_eq9_margin_mines_the_true_pairs():
+    # Every x_i = a * h + e_i; y_i = e_i; the hub h (in the target pool, nobody's translation) is every x's
+    # cosine nearest neighbour (1.2 / 1.56 = 0.77 against 1 / 1.56 = 0.64 for the translation).
+    n = 6
+    h, e = np.eye(n + 1)[0], np.eye(n + 1)[1:]
+    x = _unit(1.2 * h + e)
+    y = _unit(np.concatenate([e, h[None]]))
+    gold = {(i, i) for i in range(n)}
+    forward, _ = margin_candidates(x, y, k=2, margin="absolute")
+    assert {j for _, _, j in forward} == {n}  # raw cosine: every source picks the hub
+    for margin, expected_f1 in (("absolute", 5 / 6), ("rescore", 1.0)):
+        mined = mine(x, y, k=2, margin=margin, selection="max")
+        _, metrics = best_threshold(mined, gold)
+        assert metrics["f1"] == pytest.approx(expected_f1), margin
+    assert {(i, j) for _, i, j in mine(x, y, k=2, margin="rescore", selection="max")} == gold

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.losses.translation_ranking import forward_ranking_loss
 from tf_msemb.losses.translation_ranking import in_batch_softmax_loss
 
 
@@ -78,3 +79,23 @@ def test_hard_negatives_compete_only_in_the_forward_direction():
     # Extra negatives can only raise the forward loss.
     without = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=10.0, margin=0.3))
     assert got > without
+
+
+def test_forward_loss_is_the_x_to_y_half_with_the_hard_negatives():
+    rng = np.random.default_rng(5)
+    x, y, hard = _unit(rng, 3, 4), _unit(rng, 3, 4), _unit(rng, 2, 4)
+    labels = np.arange(3)
+    got = float(forward_ranking_loss(x, y, labels, scale=5.0, margin=0.3, hard_negatives=hard))
+    assert got == pytest.approx(_reference(x, np.concatenate([y, hard]), labels, 5.0, 0.3), rel=1e-5)
+    both = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=5.0, margin=0.3, hard_negatives=hard))
+    assert both == pytest.approx(got + _reference(y, x, labels, 5.0, 0.3), rel=1e-5)
+
+
+def test_raw_embeddings_are_scored_by_dot_product():
+    # Seed 004 Sec. 3.1: phi = x . y unnormalized; the margin comes off the positive's dot product.
+    x = np.array([[2.0, 0.0], [0.0, 1.0]], np.float32)
+    y = np.array([[3.0, 0.0], [1.0, 1.0]], np.float32)
+    dots = x @ y.T  # [[6, 2], [0, 1]]
+    expected = np.mean([np.log1p(np.exp(2.0 - (6.0 - 0.5))), np.log1p(np.exp(0.0 - (1.0 - 0.5)))])
+    assert dots[0, 0] == 6.0
+    assert float(in_batch_softmax_loss(x, y, np.arange(2), scale=1.0, margin=0.5)) == pytest.approx(expected, rel=1e-6)

@@ -13,7 +13,8 @@ from tf_msemb.objectives.translation_ranking import TranslationRanking
 
 CASES = [
     (TranslationRanking, dict(scale=10.0, margin=0.1)),
-    (BidirectionalDualEncoder, dict(scale=20.0, margin=0.3, num_hard_negatives=2, length_penalty=0.01)),
+    (BidirectionalDualEncoder, dict(scale=20.0, margin=0.3, num_hard_negatives=2, length_penalty=0.01,
+                                    scoring="cosine", bidirectional=False)),
     (DualMomentumContrast, dict(separate_encoders=True, momentum=0.9, queue_size=32, temperature=0.05,
                                 in_batch_negatives=True, nli_weight=0.1, nli_path="nli.jsonl", nli_batch_size=8, nli_hidden=16,
                                 nli_dropout=0.2)),
@@ -57,5 +58,5 @@ def test_options_are_the_constructors_own_arguments():
     encoder = SentenceEncoder(vocabulary_size=40, max_sequence_length=8, hidden_dim=16, num_layers=1, num_heads=2,
                               intermediate_dim=16)
     model = BidirectionalDualEncoder(encoder, margin=0.2, name="bide")
-    assert model.options == {"scale": 20.0, "temperature": None, "margin": 0.2, "num_hard_negatives": 0,
-                             "length_penalty": 0.0}
+    assert model.options == {"scale": 1.0, "temperature": None, "margin": 0.2, "num_hard_negatives": 0,
+                             "length_penalty": 0.0, "scoring": "dot", "bidirectional": True}

@@ -9,6 +9,7 @@ from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.losses.length_penalty import embedding_length_penalty
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.losses.translation_ranking import forward_ranking_loss
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.bidirectional_dual_encoder import BidirectionalDualEncoder
 from tf_msemb.data.features import HardNegatives
@@ -17,10 +18,10 @@ TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_s
 POOLING = dict(pooling=["max", "mean", "first", "attention"], pooled_dim=12)
 
 
-def _model(vocabulary_size, optimizer, dropout=0.1, seed=0, **options):
+def _model(vocabulary_size, optimizer, dropout=0.1, seed=0, scale=10.0, **options):
     keras.utils.set_random_seed(seed)
     encoder = SentenceEncoder(vocabulary_size, dropout=dropout, **TINY, **POOLING)
-    model = BidirectionalDualEncoder(encoder, scale=10.0, **options)
+    model = BidirectionalDualEncoder(encoder, scale=scale, **options)
     model.build()
     model.compile(optimizer=optimizer)
     model.optimizer.build(model.trainable_variables)
@@ -34,14 +35,16 @@ def _batch(rng, batch=8, hard=2):
     return data
 
 
-def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs():
-    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2, length_penalty=0.5)
+@pytest.mark.parametrize("scoring", ["cosine", "dot"])
+def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs(scoring):
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2, length_penalty=0.5,
+                   scoring=scoring)
     data = _batch(np.random.default_rng(0))
     logs = model.train_step(data)
     raw_x, raw_y = model.encoder(data["src"]), model.encoder(data["tgt"])
     flat = {k: v.reshape(-1, v.shape[-1]) for k, v in data["hard_negatives"].items()}
-    unit = lambda v: tf.math.l2_normalize(v, axis=-1)  # noqa: E731
-    x, y, n = unit(raw_x), unit(raw_y), unit(model.encoder(flat))
+    scored = (lambda v: tf.math.l2_normalize(v, axis=-1)) if scoring == "cosine" else (lambda v: v)
+    x, y, n = scored(raw_x), scored(raw_y), scored(model.encoder(flat))
     expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n)
     expected += embedding_length_penalty(tf.concat([raw_x, raw_y], 0), 0.5)
     assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
@@ -50,17 +53,33 @@ def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs():
     assert _model(50, "sgd").input_features == []
 
 
+def test_unidirectional_baseline_ranks_targets_only():
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, num_hard_negatives=2, bidirectional=False)
+    data = _batch(np.random.default_rng(3))
+    logs = model.train_step(data)
+    x, y = model.encoder(data["src"]), model.encoder(data["tgt"])
+    n = model.encoder({k: v.reshape(-1, v.shape[-1]) for k, v in data["hard_negatives"].items()})
+    expected = forward_ranking_loss(x, y, np.arange(8), 10.0, 0.3, hard_negatives=n)
+    assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
+    with pytest.raises(ValueError, match="scoring 'euclidean'"):
+        _model(50, "sgd", scoring="euclidean")
+
+
+# Raw dot products give larger gradients than cosines: a smaller step keeps float32 summation-order noise in 1e-5.
+@pytest.mark.parametrize("scoring,scale,learning_rate", [("cosine", 10.0, 1.0), ("dot", 1.0, 0.1)])
 @pytest.mark.parametrize("hard", [0, 2])
-def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, hard):
+def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, hard, scoring, scale, learning_rate):
     batch = _batch(np.random.default_rng(1), hard=hard)
     assert_two_replicas_match_one(
-        lambda: _model(50, keras.optimizers.SGD(1.0), dropout=0.0, num_hard_negatives=hard, length_penalty=0.1),
+        lambda: _model(50, keras.optimizers.SGD(learning_rate), dropout=0.0, num_hard_negatives=hard,
+                       length_penalty=0.1, scoring=scoring, scale=scale),
         batch,
         two_device_strategy,
     )
 
 
-def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path):
+@pytest.mark.parametrize("scoring,scale,length_penalty", [("cosine", 10.0, 0.01), ("dot", 1.0, 11.0)])
+def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path, scoring, scale, length_penalty):
     from conftest import corpus_file
 
     english = open(corpus_file("train", "en")).read().splitlines()
@@ -68,7 +87,8 @@ def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path):
     # Hard negatives: the German lines next to the true one (often sharing words with it).
     rows = [(en, de, german[i - 1], german[(i + 1) % len(german)]) for i, (en, de) in enumerate(zip(english, german))]
     write_tfrecords([("en", "de", rows)], str(tmp_path), "hard", 2, verbose=False)
-    model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3), num_hard_negatives=2, length_penalty=0.01)
+    model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3), num_hard_negatives=2,
+                   length_penalty=length_penalty, scoring=scoring, scale=scale)
     data = iter(make_dataset(str(tmp_path / "hard.manifest.json"), tokenizer, batch_size=16, max_tokens=48,
                              features=model.input_features))
     step = tf.function(model.train_step, reduce_retracing=True)

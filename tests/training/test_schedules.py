@@ -36,7 +36,7 @@ def test_adamw_excludes_biases_and_norms_from_decay():
     assert float(bias.numpy()[0]) == 1.0
     assert float(kernel.numpy()[0, 0]) < 1.0
     with pytest.raises(ValueError, match="Unknown optimizer"):
-        make_optimizer(total_steps=10, name="sgd")
+        make_optimizer(total_steps=10, name="rmsprop")
 
 
 def test_warmup_as_a_share_of_the_run():

@@ -10,8 +10,15 @@ where `f(a, b)` is `a / b` (ratio), `a - b` (distance) or `a` (absolute).
 Seed 004's second-stage scorers add the cosine back: `a / b + a` (Eq. 9,
 `rescore`) and, with the one-directional margin `b = sum_{z in NN_k(x)} cos(x, z) / k`,
 Eq. 10 (`rescore_one_sided`).
-Candidates come from the forward (x -> y), backward (y -> x) searches, their
-intersection, or the max-score union with each sentence used once.
+
+Each query's candidate is picked by one of two rules (`PICKS`):
+`"nearest"`, seed 004's (Sec. 6): the cosine nearest neighbour, whose pair
+the margin then rescores; `"best_of_k"`, Artetxe & Schwenk's (LASER's
+mining code, which seed 001 Sec. 4.2 uses): the neighbour with the best
+margin score among the k. By default each margin follows its paper
+(`PAPER_PICKS`). Candidates come from the forward (x -> y), backward
+(y -> x) searches, their intersection, or the max-score union with each
+sentence used once.
 """
 
 import gin
@@ -25,6 +32,9 @@ from tf_msemb.text_files import read_lines
 
 MARGINS = ("ratio", "distance", "absolute", "rescore", "rescore_one_sided")
 SELECTIONS = ("forward", "backward", "intersect", "max")
+PICKS = ("nearest", "best_of_k")
+PAPER_PICKS = {"ratio": "best_of_k", "distance": "best_of_k", "absolute": "nearest", "rescore": "nearest",
+               "rescore_one_sided": "nearest"}
 
 
 def margin_scores(sims, mean_query, mean_candidates, margin):
@@ -43,19 +53,18 @@ def margin_scores(sims, mean_query, mean_candidates, margin):
     raise ValueError(f"Unknown margin {margin!r}; choose from {MARGINS}.")
 
 
-def margin_candidates(x, y, k=4, margin="ratio", index="exact", **search_options):
+def margin_candidates(x, y, k=4, margin="ratio", index="exact", pick=None, **search_options):
     """Forward and backward candidates with margin scores.
 
     `x` and `y` are unit-vector pools (arrays or memmaps); `index` and
     `search_options` go to `search.knn`. Returns `(forward, backward)`: lists
     of `(score, i, j)` rows with `i` indexing `x` and `j` indexing `y`; each
-    query keeps its best-scoring neighbour among its k nearest.
+    query keeps one neighbour, chosen by `pick` (see `candidates_from_knn`).
     """
-    if margin not in MARGINS:
-        raise ValueError(f"Unknown margin {margin!r}; choose from {MARGINS}.")
+    _choice(margin, MARGINS, "margin")
     forward_knn = search.knn(x, y, k, index, **search_options)
     backward_knn = search.knn(y, x, k, index, **search_options)
-    return candidates_from_knn(forward_knn, backward_knn, margin)
+    return candidates_from_knn(forward_knn, backward_knn, margin, pick)
 
 
 def _filled_mean(sims):
@@ -65,13 +74,17 @@ def _filled_mean(sims):
     return np.where(count > 0, np.where(filled, sims, 0).sum(axis=1) / np.maximum(count, 1), np.nan)
 
 
-def candidates_from_knn(forward_knn, backward_knn, margin="ratio"):
-    """`margin_candidates` from precomputed `(sims, ids)` k-NN both ways.
+def candidates_from_knn(forward_knn, backward_knn, margin="ratio", pick=None):
+    """`margin_candidates` from precomputed `(sims, ids)` k-NN both ways, best first.
 
-    Neighbours an approximate index left unfilled (id -1, similarity NaN) are
-    ignored in the means and never chosen; a sentence with no neighbour found
-    has no mean, so no candidate pair involves it.
+    `pick` (one of `PICKS`; None: `PAPER_PICKS[margin]`) chooses each query's
+    neighbour: the cosine nearest (`"nearest"`) or the best margin score
+    among the k (`"best_of_k"`). Neighbours an approximate index left
+    unfilled (id -1, similarity NaN) are ignored in the means and never
+    chosen; a sentence with no neighbour found has no mean, so no candidate
+    pair involves it.
     """
+    pick = _choice(pick or PAPER_PICKS[_choice(margin, MARGINS, "margin")], PICKS, "pick")
     (sim_xy, idx_xy), (sim_yx, idx_yx) = forward_knn, backward_knn
     mean_x = _filled_mean(sim_xy)  # sum_{z in NN_k(x)} cos(x, z) / k
     mean_y = _filled_mean(sim_yx)
@@ -81,9 +94,10 @@ def candidates_from_knn(forward_knn, backward_knn, margin="ratio"):
             raw = margin_scores(sims, mean_query, mean_pool[idx], margin)
         # np.argmax would pick a NaN, so anything not finite (unfilled, no mean) is -inf.
         scores = np.where((idx < 0) | ~np.isfinite(raw), -np.inf, raw)
-        pick = np.argmax(scores, axis=1)
+        # The k-NN come best first, so column 0 is the cosine nearest (unfilled ones come last).
+        column = np.argmax(scores, axis=1) if pick == "best_of_k" else np.zeros(len(sims), int)
         rows = np.arange(len(sims))
-        return scores[rows, pick], idx[rows, pick]
+        return scores[rows, column], idx[rows, column]
 
     fwd_score, fwd_j = best(sim_xy, idx_xy, mean_x, mean_y)
     bwd_score, bwd_i = best(sim_yx, idx_yx, mean_y, mean_x)
@@ -169,9 +183,9 @@ def read_gold(path):
     return pairs
 
 
-def mine(x, y, k=4, margin="ratio", selection="max", threshold=None, index="exact", **search_options):
+def mine(x, y, k=4, margin="ratio", selection="max", threshold=None, index="exact", pick=None, **search_options):
     """Mined `(score, i, j)` pairs of two pools, best first, keeping scores >= `threshold` when given."""
-    chosen = select(*margin_candidates(x, y, k, margin, index, **search_options), selection)
+    chosen = select(*margin_candidates(x, y, k, margin, index, pick, **search_options), selection)
     return chosen if threshold is None else [c for c in chosen if c[0] >= threshold]
 
 
@@ -196,6 +210,7 @@ class MiningEvaluator(Evaluator):
         k: neighbours per direction of the margin.
         margin: one of `MARGINS`.
         selection: one of `SELECTIONS`.
+        pick: one of `PICKS`, or None for the margin's paper's rule (`PAPER_PICKS`).
         index: the search (`search.INDEXES`).
         nprobe: cells visited per query by the ivf indexes.
         name: the metric prefix.
@@ -209,9 +224,10 @@ class MiningEvaluator(Evaluator):
     setting_metrics = ("threshold",)
 
     def __init__(self, train, test=None, k=4, margin="ratio", selection="intersect", index="exact", nprobe=16,
-                 name="mining"):
+                 name="mining", pick=None):
         self.name, self.k, self.nprobe = name, k, nprobe
         self.margin = _choice(margin, MARGINS, "margin")
+        self.pick = _choice(pick or PAPER_PICKS[margin], PICKS, "pick")
         self.selection = _choice(selection, SELECTIONS, "selection")
         self.index = search.checked_index(index)
         splits = {"train": train} | ({"test": test} if test else {})
@@ -223,7 +239,7 @@ class MiningEvaluator(Evaluator):
     def _mine(self, split, embed):
         """Candidates `(score, src_id, tgt_id)` of a split, and its gold pairs."""
         (src_ids, src), (tgt_ids, tgt), gold = self.splits[split]
-        forward, backward = margin_candidates(embed(src), embed(tgt), self.k, self.margin, self.index,
+        forward, backward = margin_candidates(embed(src), embed(tgt), self.k, self.margin, self.index, self.pick,
                                               nprobe=self.nprobe)
         return [(s, src_ids[i], tgt_ids[j]) for s, i, j in select(forward, backward, self.selection)], gold
 

@@ -1,8 +1,9 @@
 """Embedding length penalty (seed 004 Sec. 4.2, footnote 3): `lambda * ||e||_2`, averaged over the batch.
 
-Input: unnormalized embeddings `[b, d]` (before L2 normalization, which the
-ranking loss sees). Keeps the raw vectors from growing so that dot-product
-uses of the model stay close to its cosine behaviour.
+Input: unnormalized embeddings `[b, d]`. With seed 004's dot-product scoring
+the ranking loss sees these raw vectors, and the penalty bounds the norms its
+scores grow by. With cosine scoring it cannot change any score: it only
+shrinks norms that the normalization (and the export) divides out.
 """
 
 from keras import ops

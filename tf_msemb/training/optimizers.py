@@ -48,8 +48,11 @@ def make_optimizer(
     global_clipnorm=None,
     momentum=0.9,
     lars_eta=0.001,
+    step_at=0.825,
+    step_factor=0.1,
 ):
-    """AdamW, Adam, Adam with L2 or LARS with warm-up then decay; `total_steps` and `global_batch_size` come from the train loop.
+    """AdamW, Adam, Adam with L2, LARS (warm-up then decay) or SGD (a step); `total_steps` and
+    `global_batch_size` come from the train loop.
 
     `learning_rate` is the peak rate at `reference_batch_size`; `scaling`
     (`"none"`, `"linear"`, `"sqrt"`) adapts it to the run's global batch
@@ -65,9 +68,19 @@ def make_optimizer(
     its momentum and trust coefficient (seed 000: lr 0.02, momentum 0.9, decay 1e-6).
     For `"adam_l2"` (Adam with L2, seed 003), `weight_decay` is the coupled L2
     rate added to every gradient (`AdamL2`), not AdamW's decoupled decay.
+
+    `"sgd"` (with `momentum`; 0 is plain SGD) follows seed 004's step schedule
+    instead of warm-up and decay: `learning_rate` until `step_at` of the run,
+    then `learning_rate * step_factor` (Sec. 4.2: 0.003, then 0.0003 after 33M
+    of 40M steps, so `step_at = 0.825`, `step_factor = 0.1`).
     """
     if global_batch_size is not None:
         learning_rate = scaled_learning_rate(learning_rate, global_batch_size, scaling, reference_batch_size)
+    if name == "sgd":
+        schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
+            [int(step_at * total_steps)], [learning_rate, learning_rate * step_factor]
+        )
+        return keras.optimizers.SGD(learning_rate=schedule, momentum=momentum, global_clipnorm=global_clipnorm)
     if warmup_fraction is not None:
         if not 0.0 <= warmup_fraction <= 1.0:
             raise ValueError(f"make_optimizer.warmup_fraction is {warmup_fraction}; give a share of the run in [0, 1].")
@@ -90,11 +103,11 @@ def make_optimizer(
         )
     if name == "adam_l2":
         return AdamL2(
-            l2=weight_decay, learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, clipnorm=clipnorm
+            l2=weight_decay, learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm
         )
     if name == "lars":
         return LARS(
             learning_rate=schedule, momentum=momentum, weight_decay_rate=weight_decay, eta=lars_eta,
             global_clipnorm=global_clipnorm,
         )
-    raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam', 'adam_l2' or 'lars'.")
+    raise ValueError(f"Unknown optimizer {name!r}; choose 'adamw', 'adam', 'adam_l2', 'lars' or 'sgd'.")
