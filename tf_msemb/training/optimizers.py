@@ -103,7 +103,8 @@ def make_optimizer(
         )
     if name == "adam_l2":
         return AdamL2(
-            l2=weight_decay, learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm
+            l2=weight_decay, learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+            global_clipnorm=global_clipnorm,
         )
     if name == "lars":
         return LARS(
