@@ -25,6 +25,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from child_process import run_json
+from tf_msemb.text.vocabulary import CONTROL_IDS
 
 VARIANTS = ("inputs", "one_hot", "segment_sum")
 
@@ -35,8 +36,8 @@ flags.DEFINE_integer("repeats", 5, "Timed calls after the tracing call.")
 flags.DEFINE_string("child", "", "Internal: build one variant in this process and print JSON.")
 FLAGS = flags.FLAGS
 
-# <pad> <s> </s> of our SentencePiece layout; <unk> (1) is counted.
-IGNORE_IDS = (0, 2, 3)
+# <pad> <s> </s> of our SentencePiece layout; <unk> is counted.
+IGNORE_IDS = CONTROL_IDS
 
 
 def one_hot_target(token_ids, padding_mask, vocabulary_size):
