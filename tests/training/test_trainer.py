@@ -14,6 +14,8 @@ from tf_msemb.objectives.base import RunFacts
 from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
 from tf_msemb.objectives.ema_teacher_distillation import EMATeacherDistillation
 from tf_msemb.training.errors import NonFiniteLossError
+from tf_msemb.training.dev_evaluation import DevEvaluation
+from tf_msemb.training.trainer import DevSteps
 from tf_msemb.training.trainer import Exporter
 from tf_msemb.training.trainer import LoopSettings
 from tf_msemb.training.trainer import build_objective
@@ -46,6 +48,28 @@ def test_exporter_writes_every_model_the_objective_names(tokenizer, tmp_path):
             np.testing.assert_allclose(loaded(sentences).numpy(), expected, atol=1e-5)
         metadata = json.loads((directory / "final" / "tf_msemb_export.json").read_text())
         assert metadata["objective"]["class"] == "DualMomentumContrast" and metadata["objective"]["queue_size"] == 8
+
+
+def test_a_best_last_step_is_copied_from_its_export_not_saved_again(tokenizer, tmp_path, monkeypatch):
+    model = _moco(tokenizer, separate=True)
+    exporter = Exporter(model, str(tmp_path), chief=True)
+    dev = DevEvaluation([lambda embed: {}], best_metric="dev/mean")
+    dev.record(7, {"dev/mean": 0.5})
+    exporter(7, final=True)
+    saves = []
+    monkeypatch.setattr("tf_msemb.training.trainer.export_version", lambda *args, **kwargs: saves.append(args))
+    DevSteps(dev, model, exporter, None, None, str(tmp_path), chief=True).export_best(7)
+    assert not saves and int(dev.exported_step.numpy()) == 7
+    sentences = tf.constant(["Ein Hund läuft.", "A dog runs."])
+    for directory in (tmp_path / "export", tmp_path / "export" / "target"):
+        best = tf.saved_model.load(str(directory / "best"))(sentences).numpy()
+        np.testing.assert_allclose(best, tf.saved_model.load(str(directory / "7"))(sentences).numpy(), atol=1e-6)
+        metadata = json.loads((directory / "best" / "tf_msemb_export.json").read_text())
+        assert metadata["selection"] == {"metric": "dev/mean", "mode": "max", "value": 0.5, "step": 7}
+        assert metadata["training_step"] == 7
+    assert json.loads((tmp_path / "export" / "7" / "tf_msemb_export.json").read_text())["selection"] is None
+    with pytest.raises(ValueError, match="Step 8 has no export to copy"):
+        exporter.copy_as_best(8, dev.selection)
 
 
 def test_a_shared_encoder_is_exported_once(tokenizer, tmp_path):

@@ -188,6 +188,24 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     return path
 
 
+def copy_version(path, export_dir, version, selection=None):
+    """Copies the export at `path` to `export_dir/<version>`, naming `selection` in its metadata when given.
+
+    The same weights need no second save: the copy loads and serves as the
+    original. Returns the new path.
+    """
+    target = os.path.join(export_dir, version)
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(path, target)
+    if selection is not None:
+        metadata_file = os.path.join(target, METADATA_FILE)
+        with open(metadata_file, encoding="utf-8") as f:
+            metadata = json.load(f)
+        with open(metadata_file, "w", encoding="utf-8") as f:
+            json.dump(metadata | {"selection": selection}, f, indent=2, default=str)
+    return target
+
+
 def export_version(tokenizer, encoder, export_dir, step, objective=None, final=False, version=None, selection=None):
     """Writes `export_dir/<version>` (default: the step, a version TF Serving picks up) and, when `final`, copies
     it to `export_dir/final`.
@@ -198,7 +216,5 @@ def export_version(tokenizer, encoder, export_dir, step, objective=None, final=F
     shutil.rmtree(path, ignore_errors=True)
     export_saved_model(tokenizer, encoder, path, step=step, objective=objective, selection=selection)
     if final:
-        final_path = os.path.join(export_dir, "final")
-        shutil.rmtree(final_path, ignore_errors=True)
-        shutil.copytree(path, final_path)
+        copy_version(path, export_dir, "final")
     return path

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.text_files import CorpusError
+from tf_msemb.export.saved_model import copy_version
 from tf_msemb.export.saved_model import export_version
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
@@ -78,6 +79,7 @@ class Exporter:
     def __init__(self, model, model_dir, chief):
         self.model, self.root, self.chief = model, os.path.join(model_dir, "export"), chief
         self.info = {"class": type(model).__name__, **model.options}
+        self.last_step = None  # the step of the latest `<step>` export, the same on every worker
 
     def __call__(self, step, final=False, selection=None):
         """Exports this step as `<step>` (and `final`), or with a `selection` as `best`; returns the main path."""
@@ -93,10 +95,24 @@ class Exporter:
             paths[name] = os.path.join(export_dir, "final") if final else path
             if not self.chief:
                 shutil.rmtree(root, ignore_errors=True)
+        if not selection:
+            self.last_step = step
         if self.chief:
             others = "".join(f"; {name}: {path}" for name, path in paths.items() if name != "encoder")
             print(f"Exported SavedModel: {paths['encoder']}{others}", flush=True)
         return paths["encoder"]
+
+    def copy_as_best(self, step, selection):
+        """Copies this step's exports to `best`, naming the `selection`: the weights are those just saved."""
+        if self.last_step != step:
+            raise ValueError(f"Step {step} has no export to copy; the latest is {self.last_step}.")
+        if not self.chief:
+            return
+        for name in self.model.exports():
+            export_dir = self.root if name == "encoder" else os.path.join(self.root, name)
+            path = copy_version(os.path.join(export_dir, str(step)), export_dir, "best", selection)
+            if name == "encoder":
+                print(f"Exported SavedModel: {path}", flush=True)
 
 
 class DevSteps:
@@ -135,7 +151,8 @@ class DevSteps:
     def export_best(self, step):
         """Writes `export/best` for the best step unless it holds it already; the weights in use stay.
 
-        At `step` itself the weights are those in use; otherwise every worker
+        At `step` itself the weights are those in use and, once exported,
+        `export/<step>` is copied rather than saved again; otherwise every worker
         saves the model's state (its layers and its optimizer: all the
         checkpoint keeps under `model`) to a scratch checkpoint, reads that
         part of `model_dir/best/ckpt` (storage every worker reads, as for
@@ -145,7 +162,9 @@ class DevSteps:
         if best_step < 0 or int(self.dev.exported_step.numpy()) == best_step:
             return
         start = time.perf_counter()
-        if best_step == step:
+        if best_step == step and self.exporter.last_step == step:
+            self.exporter.copy_as_best(step, self.dev.selection)
+        elif best_step == step:
             self.exporter(step, selection=self.dev.selection)
         else:
             scratch = tempfile.mkdtemp(prefix="tf_msemb_state_")
@@ -297,11 +316,11 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
                           exporter, log, settings, first_step, evaluate)
         if evaluate and int(dev.last_step.numpy()) != step:
             evaluate(step)
+        final = exporter(step, final=True)
         if evaluate:
             evaluate.export_best(step)
     checkpoints.save(step)
     checkpoints.close()
-    final = exporter(step, final=True)
     seconds = time.perf_counter() - started
     if evaluate:
         print(f"Evaluation: {evaluate.count} evaluations took {evaluate.seconds:.1f} s of the run's {seconds:.1f} s "
