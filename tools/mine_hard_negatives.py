@@ -32,6 +32,7 @@ from absl import flags
 from tf_msemb.data.corpora import corpus_streams
 from tf_msemb.data.hard_negatives import NO_NEGATIVES
 from tf_msemb.data.hard_negatives import mine_hard_negatives
+from tf_msemb.data.hard_negatives import translations_of_sources
 from tf_msemb.data.records import parse_examples
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import write_tfrecords
@@ -118,7 +119,7 @@ def _with_negatives(model, export, cache_dir, src_lang, tgt_lang, rows):
                 "chunk_size": FLAGS.chunk_size}
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode("utf-8")).hexdigest()[:16]
     target_ids = {tgt: j for j, tgt in enumerate(targets)}
-    true_ids = np.array([target_ids[tgt] for _, tgt in rows], np.int64)
+    true_ids = translations_of_sources(rows, target_ids)
     negatives = mine_hard_negatives(x, pool, true_ids, FLAGS.num_negatives, FLAGS.ceiling, _searcher(pool),
                                     os.path.join(cache_dir, f"{pair}.negatives-{digest}"), FLAGS.chunk_size)
     kept = [(src, tgt, *[targets[j] for j in chosen])

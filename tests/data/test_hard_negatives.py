@@ -4,6 +4,7 @@ import pytest
 from tf_msemb.data.hard_negatives import NO_NEGATIVES
 from tf_msemb.data.hard_negatives import choose_negatives
 from tf_msemb.data.hard_negatives import mine_hard_negatives
+from tf_msemb.data.hard_negatives import translations_of_sources
 from tf_msemb.evaluation.search import exact_knn
 
 
@@ -20,6 +21,21 @@ def test_the_truth_and_its_near_duplicates_are_skipped():
     assert chosen[0].tolist() == [2, 3]
     assert chosen[1].tolist() == [NO_NEGATIVES, NO_NEGATIVES]  # one acceptable neighbour (2), unfilled ones never
     assert choose_negatives(ids, np.array([0, 3]), pool, k=2, ceiling=1.01)[0].tolist() == [1, 2]
+
+
+def test_every_translation_of_the_source_and_its_near_duplicates_are_skipped():
+    pool = _unit([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.99, 0.1], [0.6, 0.0, 0.8], [0.0, 0.0, 1.0]])
+    # The source has two translations, targets 0 and 1; target 2 is a near-duplicate of the second one.
+    ids = np.array([[1, 2, 0, 3, 4]])
+    assert choose_negatives(ids, np.array([0]), pool, k=2, ceiling=0.95)[0].tolist() == [1, 2]  # one truth only
+    assert choose_negatives(ids, np.array([[0, 1]]), pool, k=2, ceiling=0.95)[0].tolist() == [3, 4]
+    assert choose_negatives(ids, np.array([[0, -1]]), pool, k=2, ceiling=0.95)[0].tolist() == [1, 2]  # padding
+
+
+def test_each_row_lists_every_target_of_its_source_its_own_first():
+    rows = [("a", "x"), ("b", "y"), ("a", "z"), ("a", "x")]
+    true_ids = translations_of_sources(rows, {"x": 0, "y": 1, "z": 2})
+    assert true_ids.tolist() == [[0, 2], [1, -1], [2, 0], [0, 2]]
 
 
 def test_an_interrupted_run_continues_after_its_last_chunk(tmp_path):

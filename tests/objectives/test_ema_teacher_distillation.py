@@ -48,7 +48,7 @@ def test_teacher_starts_as_a_copy_and_only_the_student_trains():
     assert len(model.trainable_variables) == len(model.encoder.trainable_variables)
     batch = _batch(np.random.default_rng(0))
     target = model.teacher(batch["src"]).numpy()
-    expected = np.mean(np.sum((model.encoder(batch["tgt"]).numpy() - target) ** 2, axis=1))
+    expected = np.mean((model.encoder(batch["tgt"]).numpy() - target) ** 2)  # Eq. 1: the element mean
     assert float(model.train_step(batch)["loss"]) == pytest.approx(expected, rel=1e-5)
 
 
@@ -131,8 +131,8 @@ def test_no_gradient_reaches_the_teacher():
 
 def test_element_mean_is_the_sum_over_the_width():
     batch = _batch(np.random.default_rng(5))
-    summed = float(_model().distillation_loss(batch, training=False))
-    mean = float(_model(mse="mean").distillation_loss(batch, training=False))
+    summed = float(_model(mse="sum").distillation_loss(batch, training=False))
+    mean = float(_model().distillation_loss(batch, training=False))  # the paper's, the default
     assert mean == pytest.approx(summed / 8, rel=1e-5)
 
 

@@ -1,7 +1,7 @@
 """Distillation losses: a student regresses a teacher's sentence vectors.
 
-Reference: Reimers & Gurevych 2020 (seed 001), Eq. 1; the same MSE is the
-EMA-teacher loss of seed 000 (Sec. 5.2, Eq. 1).
+Reference: Reimers & Gurevych 2020 (seed 001), Sec. 2; an MSE of the same
+vectors is the EMA-teacher loss of seed 000 (Sec. 5.2, Eq. 1).
 """
 
 from keras import ops
@@ -11,9 +11,10 @@ def distillation_mse(target, prediction, reduction="sum"):
     """The squared error between student and teacher vectors.
 
     `"sum"`: `1/|B| sum_j ||target_j - prediction_j||^2`, squared L2 per row
-    and mean over rows; `"mean"`: the element mean, that divided by `d`
-    (PyTorch's `MSELoss`, the MSE of seed 000 Eq. 1 and seed 001 Eq. 1). The
-    two differ by the constant `d`, which Adam ignores but SGD and LARS do not.
+    and mean over rows, as seed 001 writes its loss (Sec. 2); `"mean"`: the
+    element mean, that divided by `d` (PyTorch's `MSELoss`, the MSE of seed
+    000 Eq. 1). The two differ by the constant `d`, which Adam ignores but SGD
+    and LARS do not.
 
     Args:
         target: `[b, d]` teacher vectors (no gradient flows into them).
@@ -28,7 +29,7 @@ def distillation_mse(target, prediction, reduction="sum"):
 
 
 def multilingual_distillation_loss(teacher_src, student_src, student_tgt):
-    """Seed 001 Eq. 1: `MSE(T(s), S(s)) + MSE(T(s), S(t))`; returns (total, src part, tgt part)."""
+    """Seed 001 Sec. 2: `MSE(T(s), S(s)) + MSE(T(s), S(t))`; returns (total, src part, tgt part)."""
     src = distillation_mse(teacher_src, student_src)
     tgt = distillation_mse(teacher_src, student_tgt)
     return src + tgt, src, tgt

@@ -37,8 +37,8 @@ class BidirectionalDualEncoder(TranslationRanking):
             the paper scores (Sec. 3.1), so the length penalty bounds it;
             `"cosine"`: `phi` is the cosine (LaBSE-style, with `scale`), which
             no length penalty can change.
-        bidirectional: False trains `L(x -> y)` alone, the unidirectional
-            dual encoder baseline (Table 1's DE, Eq. 3 / Eq. 7).
+        bidirectional: False trains `L(x -> y)` alone (Eq. 7; with
+            `margin=0`, Eq. 3: Table 1's unidirectional DE baseline).
     """
 
     def __init__(self, encoder, scale=1.0, temperature=None, margin=0.3, num_hard_negatives=0, length_penalty=0.0,

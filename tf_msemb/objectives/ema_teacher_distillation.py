@@ -60,14 +60,14 @@ class EMATeacherDistillation(Objective):
             paper's K = 105,000); None uses `tau_base` as it is.
         schedule: `"cosine"` (BYOL) or `"constant"`.
         frozen: never update the teacher.
-        mse: `"sum"` (squared distance per sentence) or `"mean"` (the
-            paper's element mean, which the LARS rate of 0.02 is tuned for:
-            under "sum" the biases and norms, outside LARS's trust ratio,
-            take d-times larger steps).
+        mse: `"mean"` (the default: the paper's element mean, Eq. 1, which
+            the LARS rate of 0.02 is tuned for) or `"sum"` (squared distance
+            per sentence; under LARS the biases and norms, outside the trust
+            ratio, then take d-times larger steps).
     """
 
     def __init__(self, encoder, total_steps=None, tau_base=0.99999, tau_reference_steps=None, schedule="cosine",
-                 frozen=False, mse="sum", **kwargs):
+                 frozen=False, mse="mean", **kwargs):
         super().__init__(encoder, **kwargs)
         if schedule not in ("cosine", "constant"):
             raise ValueError(f"Unknown tau schedule {schedule!r}; use 'cosine' or 'constant'.")
