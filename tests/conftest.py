@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import gin
 import pytest
 import tensorflow as tf
 
@@ -20,6 +21,14 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 def corpus_file(split, lang):
     return os.path.join(CORPUS, f"{split}.{lang}.txt")
+
+
+@pytest.fixture
+def clean_gin():
+    """An empty gin configuration before and after the test."""
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 
 def run(args, cwd):

@@ -27,13 +27,6 @@ PAPER = {
 }
 
 
-@pytest.fixture
-def clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-
 def test_bide_paper_gin_pins_the_papers_values(clean_gin):
     parse_config([f"{REPO}/configs/bide_paper.gin"], [])
     assert {name: gin.query_parameter(name) for name in PAPER} == PAPER

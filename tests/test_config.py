@@ -16,11 +16,7 @@ PRETRAINED_RECIPES = ("sts_stage1.gin", "ema_distill.gin", "distill_minilm_multi
 RECIPES = sorted(os.path.basename(path) for path in glob.glob(f"{REPO}/configs/*.gin"))
 
 
-@pytest.fixture(autouse=True)
-def clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def recipe(name):

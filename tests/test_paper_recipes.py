@@ -8,11 +8,7 @@ from tf_msemb.objectives.ema_teacher_distillation import rescaled_tau_base
 from test_config import recipe
 
 
-@pytest.fixture(autouse=True)
-def clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def _bindings(name):

@@ -124,34 +124,35 @@ class TeacherVectors(InputFeature):
         return {"teacher": 0.0}
 
 
-class TeacherTokens(InputFeature):
-    """`teacher_src`: the source in a live teacher's own tokens (truncated to its length, never filtered)."""
+class OwnTokenizerTokens(InputFeature):
+    """A text column in another tower's own tokenizer, as the field `field`."""
+
+    column = field = None
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
 
     def parse(self, records, tokenizer):
-        return {"teacher_src": token_inputs(self.tokenizer.tokenize(records["src"]))}
+        return {self.field: token_inputs(self.tokenizer.tokenize(records[self.column]))}
 
     def padding(self, tokenizer):
-        return {"teacher_src": token_padding(self.tokenizer.pad_id)}
+        return {self.field: token_padding(self.tokenizer.pad_id)}
 
 
-class TargetTokens(InputFeature):
+class TeacherTokens(OwnTokenizerTokens):
+    """`teacher_src`: the source in a live teacher's own tokens (truncated to its length, never filtered)."""
+
+    column, field = "src", "teacher_src"
+
+
+class TargetTokens(OwnTokenizerTokens):
     """`tgt` in the target side's own tokenizer (seed 002: a pre-trained encoder per language, Sec. 2).
 
     Replaces the `tgt` of the training tokenizer; truncated to this
     tokenizer's `max_length`, then filtered by `max_tokens` like any pair.
     """
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def parse(self, records, tokenizer):
-        return {"tgt": token_inputs(self.tokenizer.tokenize(records["tgt"]))}
-
-    def padding(self, tokenizer):
-        return {"tgt": token_padding(self.tokenizer.pad_id)}
+    column, field = "tgt", "tgt"
 
 
 class HardNegatives(InputFeature):

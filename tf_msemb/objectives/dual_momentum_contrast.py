@@ -164,8 +164,7 @@ class DualMomentumContrast(Objective):
         momentum_update(self.momentum_encoder, self.encoder, self.momentum)
         if self.separate_encoders:
             momentum_update(self.target_momentum_encoder, self.target_encoder, self.momentum)
+        keys = results.pop("keys_x"), results.pop("keys_y")
         if self.queue_size:
-            self._enqueue(results.pop("keys_x"), results.pop("keys_y"))
-        else:
-            results.pop("keys_x"), results.pop("keys_y")
+            self._enqueue(*keys)
         return self.report(**results)
