@@ -17,7 +17,14 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from tf_msemb.text import vocabulary
+from tf_msemb.text.bert_text import bert_normalize
+from tf_msemb.text.bert_text import bert_words
 from tf_msemb.text.normalize import normalize_text
+
+
+# The options that change token ids (those a tokenizer has go into its fingerprint).
+FINGERPRINT_OPTIONS = ("add_bos", "add_eos", "normalize", "lowercase", "strip_accents", "split_cjk",
+                       "max_word_characters")
 
 
 class SubwordTokenizer(keras.layers.Layer):
@@ -109,7 +116,7 @@ class SubwordTokenizer(keras.layers.Layer):
     def fingerprint(self):
         """Identifies the exact tokenization (class, options, vocabulary bytes), for records that store token ids."""
         digest = hashlib.sha256(type(self).__name__.encode())
-        options = {k: v for k, v in self.get_config().items() if k in ("add_bos", "add_eos", "normalize", "lowercase")}
+        options = {k: v for k, v in self.get_config().items() if k in FINGERPRINT_OPTIONS}
         digest.update(json.dumps(options, sort_keys=True).encode())
         if self.asset_file:
             with open(self.asset_file, "rb") as f:
@@ -192,11 +199,20 @@ class SentencePieceTokenizer(SubwordTokenizer):
 
 
 class WordPieceTokenizer(SubwordTokenizer):
-    """BERT WordPiece vocabulary (`vocab.txt`), `[CLS]`/`[SEP]` as BOS/EOS.
+    """BERT WordPiece vocabulary (`vocab.txt`), `[CLS]`/`[SEP]` as BOS/EOS, token ids as Hugging Face's.
+
+    The text goes through `bert_text` (BERT's normalizer and word splitting
+    as the `tokenizers` library runs them), then greedy longest-match
+    WordPiece; a word of more than `max_word_characters` characters, or one
+    the vocabulary cannot spell, becomes `[UNK]`.
 
     Args:
         vocabulary_file: one token per line, id = line number.
-        lowercase: lower-case and strip accents first, as uncased BERT does.
+        lowercase: lower-case the text, as uncased BERT does.
+        strip_accents: drop combining marks after NFD; None: exactly when
+            `lowercase` (BERT's default).
+        split_cjk: make every CJK ideograph a word of its own.
+        max_word_characters: longer words become `[UNK]`.
     """
 
     def __init__(
@@ -207,11 +223,17 @@ class WordPieceTokenizer(SubwordTokenizer):
         add_bos=True,
         add_eos=True,
         normalize=False,
+        strip_accents=None,
+        split_cjk=True,
+        max_word_characters=100,
         **kwargs,
     ):
         super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
         self.vocabulary_file = os.fspath(vocabulary_file)
         self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.split_cjk = split_cjk
+        self.max_word_characters = max_word_characters
         vocab = _read_bytes(self.vocabulary_file, "WordPiece vocabulary").decode("utf-8").splitlines()
         index = {token: i for i, token in enumerate(vocab)}
         missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if t not in index]
@@ -220,22 +242,32 @@ class WordPieceTokenizer(SubwordTokenizer):
         self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
         self.bos_id, self.eos_id = index["[CLS]"], index["[SEP]"]
         self._vocabulary_size = len(vocab)
-        self._wp = tf_text.FastBertTokenizer(
-            vocab=vocab,
-            token_out_type=tf.int32,
-            lower_case_nfd_strip_accents=lowercase,
-        )
+        # Words are at most 4 bytes a character; longer ones are handled in `_tokenize_normalized`.
+        self._wp = tf_text.FastWordpieceTokenizer(
+            vocab=vocab, suffix_indicator="##", max_bytes_per_word=4 * max_word_characters + 4,
+            token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=True)
 
     @property
     def vocabulary_size(self):
         return self._vocabulary_size
 
     def _tokenize_normalized(self, texts):
-        return self._wp.tokenize(texts)
+        texts = bert_normalize(texts, lowercase=self.lowercase, strip_accents=self.strip_accents,
+                               split_cjk=self.split_cjk)
+        words = bert_words(texts)
+        pieces = self._wp.tokenize(words.flat_values)
+        # A word longer than the limit is one [UNK] (counted in characters, as BERT does).
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_word_characters
+        lengths = tf.where(too_long, tf.ones_like(pieces.row_lengths()), pieces.row_lengths())
+        kept = tf.ragged.boolean_mask(pieces, tf.ragged.range(pieces.row_lengths()) < lengths[:, None])
+        values = tf.where(tf.repeat(too_long, lengths), tf.constant(self.unk_id, tf.int32), kept.flat_values)
+        return words.with_flat_values(tf.RaggedTensor.from_row_lengths(values, lengths)).merge_dims(1, 2)
 
     def get_config(self):
         config = super().get_config()
-        config.update(vocabulary_file=self.vocabulary_file, lowercase=self.lowercase)
+        config.update(vocabulary_file=self.vocabulary_file, lowercase=self.lowercase,
+                      strip_accents=self.strip_accents, split_cjk=self.split_cjk,
+                      max_word_characters=self.max_word_characters)
         return config
 
     @property

@@ -1,0 +1,113 @@
+"""Local Hugging Face / sentence-transformers checkpoints of each supported architecture against the reference.
+
+Fixtures: tools/make_parity_fixtures.py (torch 2.13.0, sentence-transformers 6.2), no torch here.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.models.encoder import Embedder
+from tf_msemb.models.pretrained import load_pretrained
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
+NAMES = ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_sentencepiece", "xlm_roberta",
+         "roberta"]
+
+
+def _reference(name):
+    with open(os.path.join(FIXTURES, f"{name}_reference.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def loaded(request):
+    return request.param, load_pretrained(os.path.join(FIXTURES, request.param))
+
+
+def test_ids_settings_and_vectors_equal_the_reference(loaded):
+    name, (tokenizer, encoder) = loaded
+    reference = _reference(name)
+    sentences = tf.constant(reference["sentences"])
+    assert tokenizer.tokenize(sentences).to_list() == reference["token_ids"]
+    assert tokenizer.max_length == reference["max_seq_length"]
+    assert encoder.pooling_spec == {"cls": "first"}.get(reference["pooling"], reference["pooling"])
+    assert encoder.normalize == reference["normalize"]
+    np.testing.assert_allclose(encoder(tokenizer(sentences)).numpy(), reference["vectors"], rtol=0, atol=1e-5)
+
+
+def test_an_export_reloads_with_the_same_vectors(loaded, tmp_path):
+    from tf_msemb.export.saved_model import export_saved_model
+
+    name, (tokenizer, encoder) = loaded
+    reference = _reference(name)
+    model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / name)))
+    expected = np.array(reference["vectors"], np.float32)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)  # Exports are unit-length.
+    np.testing.assert_allclose(model(tf.constant(reference["sentences"])).numpy(), expected, rtol=0, atol=1e-5)
+
+
+def test_a_clone_from_config_computes_the_same(loaded):
+    """The backbone keeps the checkpoint's activation and layer-norm epsilon in its config (momentum encoders clone)."""
+    name, (tokenizer, encoder) = loaded
+    clone = Embedder.from_config(encoder.get_config())
+    ids = tokenizer(tf.constant(_reference(name)["sentences"]))
+    clone(ids)
+    clone.set_weights(encoder.get_weights())
+    np.testing.assert_allclose(clone(ids).numpy(), encoder(ids).numpy(), rtol=0, atol=1e-6)
+
+
+def _copy(tmp_path, name):
+    target = tmp_path / name
+    shutil.copytree(os.path.join(FIXTURES, name), target)
+    return target
+
+
+def _edit_config(directory, **changes):
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(config | changes))
+
+
+def test_an_unsupported_architecture_is_named_with_the_supported_ones(tmp_path):
+    directory = _copy(tmp_path, "bert_wordpiece_cased")
+    _edit_config(directory, model_type="gpt2")
+    with pytest.raises(ValueError, match=r"model_type 'gpt2'; supported: bert, distilbert, roberta, xlm-roberta"):
+        load_pretrained(str(directory))
+
+
+@pytest.mark.parametrize("name, missing", [("bert_wordpiece_uncased", "vocab.txt"),
+                                           ("xlm_roberta", "sentencepiece.bpe.model"),
+                                           ("roberta", "merges.txt")])
+def test_a_missing_tokenizer_file_is_named(tmp_path, name, missing):
+    directory = _copy(tmp_path, name)
+    os.remove(directory / missing)
+    with pytest.raises(FileNotFoundError, match=f"{missing} not found"):
+        load_pretrained(str(directory))
+
+
+@pytest.mark.parametrize("name, change, tensor", [
+    ("bert_wordpiece_cased", {"vocab_size": 716}, "embeddings.word_embeddings.weight"),
+    ("distilbert", {"hidden_dim": 48}, "transformer.layer.0.ffn.lin1.weight"),
+    ("xlm_roberta", {"intermediate_size": 48}, "encoder.layer.0.intermediate.dense.weight"),
+])
+def test_weights_that_do_not_match_the_config_name_the_tensor(tmp_path, name, change, tensor):
+    directory = _copy(tmp_path, name)
+    _edit_config(directory, **change)
+    with pytest.raises(ValueError, match=rf"tensor \S*{tensor} has shape"):
+        load_pretrained(str(directory))
+
+
+def test_a_missing_tensor_is_named(tmp_path):
+    from safetensors.numpy import load_file
+    from safetensors.numpy import save_file
+
+    directory = _copy(tmp_path, "bert_sentencepiece")
+    tensors = load_file(str(directory / "model.safetensors"))
+    del tensors["encoder.layer.1.attention.self.key.bias"]
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"lacks the tensor encoder.layer.1.attention.self.key.bias"):
+        load_pretrained(str(directory))

@@ -1,0 +1,180 @@
+"""The other tokenizers of Hugging Face checkpoints, in-graph, with Hugging Face's token ids.
+
+- `FairseqSentencePieceTokenizer`: XLM-R's `sentencepiece.bpe.model` (also
+  used by BERT-architecture models such as multilingual MiniLM and
+  multilingual-e5), with fairseq's id layout.
+- `ByteLevelBPETokenizer`: RoBERTa's (and GPT-2's) byte-level BPE,
+  `vocab.json` + `merges.txt`, on keras-hub's `BytePairTokenizer`.
+
+(BERT's WordPiece is `tokenizers.WordPieceTokenizer`.)
+"""
+
+import hashlib
+import json
+import os
+
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from tf_msemb.text.tokenizers import SubwordTokenizer
+from tf_msemb.text.tokenizers import _read_bytes
+
+# fairseq's dictionary puts these four first; SentencePiece's own <unk>, <s>, </s> are its ids 0-2.
+FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS, FAIRSEQ_UNK = 0, 1, 2, 3
+
+
+class FairseqSentencePieceTokenizer(SubwordTokenizer):
+    """SentencePiece pieces with fairseq's ids: `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, piece i -> i + 1, `<mask>` last.
+
+    That is the layout of XLM-R's vocabulary (SentencePiece's ids 0-2 are
+    `<unk>`, `<s>`, `</s>`, so every real piece moves up by one and
+    SentencePiece's `<unk>` becomes 3). SentencePiece applies the model's own
+    normalization (XLM-R: NMT-NFKC, extra spaces removed), as the reference
+    tokenizer does with the same table; every Unicode space is a word break
+    first, as in the reference's whitespace split (the table keeps e.g.
+    U+0085 as an unknown character). Known difference: the reference
+    normalizes whole grapheme clusters, so a combining mark after a character
+    the table maps to a space (U+FFFD + U+0327) vanishes there and is one
+    `<unk>` here.
+
+    Args:
+        model_file: the `.model` file; its bytes are embedded in the graph.
+    """
+
+    def __init__(self, model_file, max_length=128, add_bos=True, add_eos=True, normalize=False, **kwargs):
+        super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
+        self.model_file = os.fspath(model_file)
+        self.proto = _read_bytes(self.model_file, "SentencePiece model")
+        self.bos_id, self.pad_id, self.eos_id, self.unk_id = FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS, FAIRSEQ_UNK
+        # fairseq's four specials + SentencePiece's pieces after its three + <mask>.
+        self._vocabulary_size = 4 + int(self._sentencepiece().vocab_size()) - 3 + 1
+
+    def _sentencepiece(self):
+        # Built per trace, as `SentencePieceTokenizer` does (see there).
+        return tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
+
+    @property
+    def vocabulary_size(self):
+        return self._vocabulary_size
+
+    @property
+    def mask_id(self):
+        return self._vocabulary_size - 1
+
+    def _tokenize_normalized(self, texts):
+        texts = tf.strings.regex_replace(texts, r"[\t\n\r\x{85}\p{Z}]", " ")
+        ids = self._sentencepiece().tokenize(texts)
+        return tf.ragged.map_flat_values(lambda i: tf.where(i == 0, FAIRSEQ_UNK, i + 1), ids)
+
+    def get_config(self):
+        config = super().get_config()
+        config["model_file"] = self.model_file
+        return config
+
+    @property
+    def asset_file(self):
+        return self.model_file
+
+
+# Unicode's White_Space: what `\s` means in the reference's regex (RE2's `\s` is ASCII only).
+_SPACE = r"[\t\n\x0b\x0c\r\x{85}\p{Z}]"
+
+
+def gpt2_words(texts):
+    """GPT-2's pre-tokenization (`'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`)
+    with Unicode spaces, as ragged words.
+
+    RE2 has no look-ahead, so runs of spaces are split off first: a run
+    followed by text gives its last character to that text (a plain space
+    joins the word, as ` ?\\p{L}+` takes it; any other space stands alone) and
+    the rest of the run is one word.
+    """
+    runs = tf_text.regex_split(texts, _SPACE + "+", _SPACE + "+")
+    flat = runs.flat_values
+    is_space = tf.strings.regex_full_match(flat, _SPACE + "+")
+    position = tf.ragged.range(runs.row_lengths()).flat_values
+    followed = is_space & (position < tf.repeat(runs.row_lengths(), runs.row_lengths()) - 1)
+    chars = tf.strings.length(flat, unit="UTF8_CHAR")
+    cut = tf.maximum(chars - 1, 0)
+    head = tf.strings.substr(flat, tf.zeros_like(cut), cut, unit="UTF8_CHAR")
+    last = tf.strings.substr(flat, cut, tf.ones_like(cut), unit="UTF8_CHAR")
+    gives_space = followed & tf.equal(last, " ")
+    # The run before this one ends in a plain space that this word takes.
+    takes_space = tf.concat([[False], gives_space[:-1]], axis=0)
+    first = tf.where(followed, head, tf.where(takes_space, tf.strings.join([" ", flat]), flat))
+    second = tf.where(followed & ~gives_space, last, "")
+    pieces = runs.with_flat_values(tf.stack([first, second], axis=1)).merge_dims(1, 2)
+    pieces = tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
+    # The remaining alternatives need no look-ahead; RE2 tries them in order, as the reference.
+    pattern = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\t\n\x0b\x0c\r\x{85}\p{Z}\p{L}\p{N}]+|"
+               + _SPACE + "+")
+    words = tf_text.regex_split(pieces.flat_values, pattern, pattern)
+    return pieces.with_flat_values(words).merge_dims(1, 2)
+
+
+class ByteLevelBPETokenizer(SubwordTokenizer):
+    """RoBERTa's byte-level BPE, `<s>`/`</s>` as BOS/EOS, ids from `vocab.json`.
+
+    `gpt2_words` splits the text as the reference does; keras-hub's
+    `BytePairTokenizer` (whose own split knows only a few non-ASCII spaces)
+    then encodes each word alone. Known difference: a NUL character is
+    dropped here, where the reference encodes it as a byte.
+
+    Args:
+        vocabulary_file: `vocab.json` (token -> id).
+        merges_file: `merges.txt`.
+        add_prefix_space: put a space before the text (RoBERTa: no).
+    """
+
+    def __init__(self, vocabulary_file, merges_file, add_prefix_space=False, max_length=128, add_bos=True,
+                 add_eos=True, normalize=False, **kwargs):
+        import keras_hub
+
+        super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
+        self.vocabulary_file = os.fspath(vocabulary_file)
+        self.merges_file = os.fspath(merges_file)
+        self.add_prefix_space = add_prefix_space
+        vocabulary = json.loads(_read_bytes(self.vocabulary_file, "BPE vocabulary"))
+        _read_bytes(self.merges_file, "BPE merges")
+        missing = [t for t in ("<s>", "<pad>", "</s>", "<unk>") if t not in vocabulary]
+        if missing:
+            raise ValueError(f"{self.vocabulary_file} lacks the special tokens {missing}.")
+        self.bos_id, self.pad_id = vocabulary["<s>"], vocabulary["<pad>"]
+        self.eos_id, self.unk_id = vocabulary["</s>"], vocabulary["<unk>"]
+        self._vocabulary_size = max(vocabulary.values()) + 1
+        self._bpe = keras_hub.tokenizers.BytePairTokenizer(
+            vocabulary=self.vocabulary_file, merges=self.merges_file, dtype="int32")
+        self.built = True  # Nothing to build: keras-hub's tables are made above.
+
+    @property
+    def vocabulary_size(self):
+        return self._vocabulary_size
+
+    def _tokenize_normalized(self, texts):
+        # tensorflow-text's regex_split ends a string at NUL: drop NULs rather than the rest of the text.
+        texts = tf.strings.regex_replace(texts, "\\x00", "")
+        if self.add_prefix_space:
+            texts = tf.strings.join([" ", texts])
+        words = gpt2_words(texts)
+        ids = self._bpe.tokenize(words.flat_values)
+        if isinstance(ids, list):
+            # Eagerly, keras-hub hands ragged results back as Python lists.
+            ids = tf.ragged.constant(ids, dtype=tf.int32, ragged_rank=1)
+        return words.with_flat_values(tf.cast(ids, tf.int32)).merge_dims(1, 2)
+
+    def fingerprint(self):
+        """The base fingerprint (vocabulary included) and the merges."""
+        digest = hashlib.sha256(super().fingerprint().encode())
+        digest.update(_read_bytes(self.merges_file, "BPE merges"))
+        digest.update(str(self.add_prefix_space).encode())
+        return digest.hexdigest()[:16]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(vocabulary_file=self.vocabulary_file, merges_file=self.merges_file,
+                      add_prefix_space=self.add_prefix_space)
+        return config
+
+    @property
+    def asset_file(self):
+        return self.vocabulary_file
