@@ -6,6 +6,8 @@ import pytest
 from conftest import REPO
 from conftest import run
 
+pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 35 s
+
 
 def _row(out):
     row = re.search(r"^tf_msemb\s+16\s+(\S+)\s+200\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", out, flags=re.M)

@@ -1,7 +1,11 @@
 import re
 
+import pytest
+
 from conftest import REPO
 from conftest import run
+
+pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 20 s
 
 
 def test_rows_for_exact_sampled_and_approximate_search(tmp_path):

@@ -1,8 +1,12 @@
 import re
 
+import pytest
+
 from conftest import REPO
 from conftest import corpus_file
 from conftest import run
+
+pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 55 s
 
 
 def _profile(tmp_path, *args):
