@@ -3,10 +3,12 @@
 One directory per architecture under `tests/fixtures/pretrained/<name>/`, in
 the file layout of real checkpoints (`config.json`, `model.safetensors`, the
 tokenizer's own files plus `tokenizer.json`, `modules.json`,
-`sentence_bert_config.json`, `1_Pooling/config.json`), and beside it
+`sentence_bert_config.json`, `1_Pooling/config.json`, where asked a Dense
+module and prompts), and beside it
 `<name>_reference.json`: the test sentences, the token ids that
 sentence-transformers feeds the model for them, and the float32 vectors of
-`SentenceTransformer.encode`. The tokenizers are trained here on a small
+`SentenceTransformer.encode` (with the default prompt where one is set;
+`prompt_vectors` holds the vectors under each named prompt). The tokenizers are trained here on a small
 multi-script corpus written for this file; the weights are random (seeded)
 and larger than the usual initialization, so that a wrong layer norm,
 activation or position offset shows in the vectors. Re-running the tool
@@ -228,7 +230,31 @@ def build_roberta(hf_dir):
     return tokenizer, transformers.RobertaModel(config)
 
 
-# name -> (builder, pooling, L2-normalize, max_seq_length, legacy layout)
+def build_bert_tokenizer_json(hf_dir):
+    """A WordPiece `tokenizer.json` of no known tokenizer class: its own normalizer options are the reference's.
+
+    Cased with accents stripped (a combination no BERT default gives) and
+    words of more than 8 characters unknown.
+    """
+    vocab = bert_wordpiece_vocab(False, 400)
+    model = tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                        max_input_chars_per_word=8)
+    backend = tokenizers.Tokenizer(model)
+    backend.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=False, strip_accents=True)
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))])
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]")
+    return tokenizer, transformers.BertModel(_bert_config(len(vocab)))
+
+
+# name -> (builder, pooling, L2-normalize, max_seq_length, legacy layout[, extras])
+# pooling: a sentence-transformers mode or a tuple of them (concatenated). extras:
+# "tokenizer_json_only" (no vocab.txt / sentencepiece.bpe.model / vocab.json + merges.txt),
+# "dense" ((out_features, torch activation)), "prompts" and "default_prompt_name".
 ARCHITECTURES = {
     "bert_wordpiece_uncased": (lambda d: build_bert_wordpiece(d, True), "mean", True, MAX_SEQ_LENGTH, True),
     "bert_wordpiece_cased": (lambda d: build_bert_wordpiece(d, False), "cls", False, MAX_SEQ_LENGTH, True),
@@ -236,6 +262,13 @@ ARCHITECTURES = {
     "xlm_roberta": (build_xlm_roberta, "cls", True, MAX_SEQ_LENGTH, True),
     "roberta": (build_roberta, "max", False, MAX_SEQ_LENGTH, False),
     "distilbert": (build_distilbert, "mean", False, 24, True),
+    "bert_tokenizer_json": (build_bert_tokenizer_json, ("mean", "cls"), True, MAX_SEQ_LENGTH, False,
+                            {"tokenizer_json_only": True, "dense": (24, torch.nn.Tanh())}),
+    "roberta_tokenizer_json": (build_roberta, ("cls", "mean", "mean_sqrt_len_tokens"), False,
+                               MAX_SEQ_LENGTH, True, {"tokenizer_json_only": True}),
+    "xlm_roberta_tokenizer_json": (build_xlm_roberta, "mean", True, MAX_SEQ_LENGTH, False,
+                                   {"tokenizer_json_only": True, "prompts": {"query": "query: ", "document": "passage: "},
+                                    "default_prompt_name": "query"}),
 }
 
 # The tokenizer's own files that real checkpoints carry beside `tokenizer.json`.
@@ -259,17 +292,25 @@ def write_legacy_layout(directory, pooling, normalize, max_seq_length):
     _write_json(os.path.join(directory, "sentence_bert_config.json"),
                 {"max_seq_length": max_seq_length, "do_lower_case": False})
     modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
-    chosen = {"cls": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}[pooling]
+    names = {"cls": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
+    chosen = {names.get(p, p) for p in ((pooling,) if isinstance(pooling, str) else pooling)}
     _write_json(os.path.join(directory, "1_Pooling", "config.json"),
-                {"word_embedding_dimension": HIDDEN, **{f"pooling_mode_{m}": m == chosen for m in modes}})
+                {"word_embedding_dimension": HIDDEN, **{f"pooling_mode_{m}": m in chosen for m in modes}})
     for name in ("config_sentence_transformers.json", "2_Normalize/config.json"):
         if os.path.exists(os.path.join(directory, name)):
             os.remove(os.path.join(directory, name))
     shutil.rmtree(os.path.join(directory, "2_Normalize"), ignore_errors=True)
 
 
+def dense_module(in_features, out_features, activation, seed):
+    """sentence-transformers' Dense with seeded N(0, 0.2) weights."""
+    dense = st_models.Dense(in_features=in_features, out_features=out_features, activation_function=activation)
+    return randomize(dense, 1000 + seed)
+
+
 def make_fixture(name, output_dir, seed):
-    builder, pooling, normalize, max_seq_length, legacy = ARCHITECTURES[name]
+    builder, pooling, normalize, max_seq_length, legacy, *rest = ARCHITECTURES[name]
+    extras = rest[0] if rest else {}
     directory = os.path.join(output_dir, name)
     shutil.rmtree(directory, ignore_errors=True)
     with tempfile.TemporaryDirectory() as hf_dir:
@@ -278,14 +319,18 @@ def make_fixture(name, output_dir, seed):
         tokenizer.save_pretrained(hf_dir)
         modules = [st_models.Transformer(hf_dir, max_seq_length=max_seq_length),
                    st_models.Pooling(HIDDEN, pooling_mode=pooling)]
+        if "dense" in extras:
+            out_features, activation = extras["dense"]
+            modules.append(dense_module(modules[1].get_embedding_dimension(), out_features, activation, seed))
         if normalize:
             modules.append(st_models.Normalize())
-        SentenceTransformer(modules=modules, device="cpu").save(directory)
-        for file in TOKENIZER_FILES:
+        SentenceTransformer(modules=modules, device="cpu", prompts=extras.get("prompts"),
+                            default_prompt_name=extras.get("default_prompt_name")).save(directory)
+        for file in () if extras.get("tokenizer_json_only") else TOKENIZER_FILES:
             if os.path.exists(os.path.join(hf_dir, file)) and not os.path.exists(os.path.join(directory, file)):
                 shutil.copy(os.path.join(hf_dir, file), directory)
     os.remove(os.path.join(directory, "README.md"))
-    if os.path.exists(os.path.join(directory, "sentencepiece.bpe.model")):
+    if not extras.get("tokenizer_json_only") and os.path.exists(os.path.join(directory, "sentencepiece.bpe.model")):
         # transformers rebuilds the same tokenizer.json from the SentencePiece model
         # when it is absent; leaving it out halves the fixture (its normalization
         # table is ~240 KB in each file).
@@ -294,12 +339,23 @@ def make_fixture(name, output_dir, seed):
         write_legacy_layout(directory, pooling, normalize, max_seq_length)
     # The reference: the directory as a user loads it.
     model = SentenceTransformer(directory, device="cpu")
-    features = model.preprocess(SENTENCES)
+    prompt = model.prompts.get(model.default_prompt_name) if model.default_prompt_name else None
+    features = model.preprocess(SENTENCES, prompt=prompt)
     ids = [row[mask.bool()].tolist() for row, mask in zip(features["input_ids"], features["attention_mask"])]
     vectors = model.encode(SENTENCES, batch_size=8, convert_to_numpy=True).astype(np.float32)
+    extra_reference = {}
+    if "dense" in extras:
+        extra_reference["dense"] = {"out_features": extras["dense"][0], "activation": type(extras["dense"][1]).__name__}
+    if extras.get("prompts"):
+        extra_reference["prompt"] = prompt
+        extra_reference["prompt_vectors"] = {
+            key: [[float(x) for x in row] for row in model.encode(SENTENCES, batch_size=8, prompt_name=key,
+                                                                  convert_to_numpy=True).astype(np.float32)]
+            for key in sorted(extras["prompts"])}
     _write_json(os.path.join(output_dir, f"{name}_reference.json"), {
+        **extra_reference,
         "architecture": name,
-        "pooling": pooling,
+        "pooling": pooling if isinstance(pooling, str) else "+".join(pooling),
         "normalize": normalize,
         "max_seq_length": max_seq_length,
         "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
@@ -310,7 +366,7 @@ def make_fixture(name, output_dir, seed):
         "vectors": [[float(x) for x in row] for row in vectors],
     })
     size = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(directory) for f in files)
-    print(f"{name}: {size / 1024:.0f} KiB, {len(tokenizer)} tokens, pooling {pooling}")
+    print(f"{name}: {size / 1024:.0f} KiB, {len(tokenizer)} tokens, pooling {pooling}, {sorted(extras)}")
 
 
 def main():

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.pretrained import load_pretrained
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
 NAMES = ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_sentencepiece", "xlm_roberta",
-         "roberta"]
+         "roberta", "bert_tokenizer_json", "roberta_tokenizer_json", "xlm_roberta_tokenizer_json"]
+# sentence-transformers' pooling modes -> ours.
+POOLING_NAMES = {"cls": "first", "mean_sqrt_len_tokens": "mean_sqrt_len"}
 
 
 def _reference(name):
@@ -35,8 +36,10 @@ def test_ids_settings_and_vectors_equal_the_reference(loaded):
     sentences = tf.constant(reference["sentences"])
     assert tokenizer.tokenize(sentences).to_list() == reference["token_ids"]
     assert tokenizer.max_length == reference["max_seq_length"]
-    assert encoder.pooling_spec == {"cls": "first"}.get(reference["pooling"], reference["pooling"])
+    pooled = encoder.encoder if "dense" in reference else encoder
+    assert pooled.pooling_spec == "+".join(POOLING_NAMES.get(p, p) for p in reference["pooling"].split("+"))
     assert encoder.normalize == reference["normalize"]
+    assert encoder.output_dim == len(reference["vectors"][0])
     np.testing.assert_allclose(encoder(tokenizer(sentences)).numpy(), reference["vectors"], rtol=0, atol=1e-5)
 
 
@@ -46,15 +49,21 @@ def test_an_export_reloads_with_the_same_vectors(loaded, tmp_path):
     name, (tokenizer, encoder) = loaded
     reference = _reference(name)
     model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / name)))
-    expected = np.array(reference["vectors"], np.float32)
-    expected /= np.linalg.norm(expected, axis=1, keepdims=True)  # Exports are unit-length.
-    np.testing.assert_allclose(model(tf.constant(reference["sentences"])).numpy(), expected, rtol=0, atol=1e-5)
+    # Raw strings in: a default prompt is applied inside.
+    np.testing.assert_allclose(model(tf.constant(reference["sentences"])).numpy(), _unit(reference["vectors"]),
+                               rtol=0, atol=1e-5)
+
+
+def _unit(vectors):
+    """Exports are unit-length."""
+    vectors = np.array(vectors, np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def test_a_clone_from_config_computes_the_same(loaded):
     """The backbone keeps the checkpoint's activation and layer-norm epsilon in its config (momentum encoders clone)."""
     name, (tokenizer, encoder) = loaded
-    clone = Embedder.from_config(encoder.get_config())
+    clone = type(encoder).from_config(encoder.get_config())
     ids = tokenizer(tf.constant(_reference(name)["sentences"]))
     clone(ids)
     clone.set_weights(encoder.get_weights())
@@ -85,7 +94,9 @@ def test_an_unsupported_architecture_is_named_with_the_supported_ones(tmp_path):
 def test_a_missing_tokenizer_file_is_named(tmp_path, name, missing):
     directory = _copy(tmp_path, name)
     os.remove(directory / missing)
-    with pytest.raises(FileNotFoundError, match=f"{missing} not found"):
+    if os.path.exists(directory / "tokenizer.json"):
+        os.remove(directory / "tokenizer.json")
+    with pytest.raises(FileNotFoundError, match=rf"{missing} not found \(nor tokenizer.json\)"):
         load_pretrained(str(directory))
 
 

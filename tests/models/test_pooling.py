@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tf_msemb.models.pooling import AttentionPooling
+from tf_msemb.models.pooling import ConcatPooling
 from tf_msemb.models.pooling import FirstTokenPooling
 from tf_msemb.models.pooling import MaskedMaxPooling
 from tf_msemb.models.pooling import MaskedMeanPooling
@@ -52,3 +53,15 @@ def test_factory_errors():
         make_pooling("median")
     with pytest.raises(ValueError, match="pooled_dim"):
         make_pooling(["max", "mean"])
+
+
+def test_mean_sqrt_len_divides_the_sum_by_the_root_of_the_count():
+    np.testing.assert_allclose(make_pooling("mean_sqrt_len")(HIDDEN, MASK),
+                               [[4.0 / np.sqrt(2), -2.0 / np.sqrt(2)], [11 / np.sqrt(3), 16 / np.sqrt(3)]], rtol=1e-6)
+
+
+def test_plus_joined_poolings_concatenate_in_the_order_given_without_projection():
+    layer = make_pooling("first+max")
+    assert isinstance(layer, ConcatPooling) and not layer.weights
+    np.testing.assert_allclose(layer(HIDDEN, MASK), [[1.0, 2.0, 3.0, 2.0], [-1.0, 0.0, 7.0, 9.0]])
+    assert ConcatPooling.from_config(layer.get_config()).poolings == ("first", "max")

@@ -22,8 +22,10 @@ class Embedder(keras.Model):
         backbone: a `keras_hub.models.Backbone` returning token states, or a
             dict of them under `"sequence_output"` (a `TransformerBackbone`,
             a pretrained BERT).
-        pooling: `"mean"`, `"max"`, `"first"`, `"attention"`, or a list of
-            them, concatenated and projected to `pooled_dim` (seed 004).
+        pooling: `"mean"`, `"max"`, `"first"`, `"attention"`, `"mean_sqrt_len"`;
+            names joined by `+` (`"first+mean"`), concatenated as they are
+            (sentence-transformers' pooling of several modes); or a list of
+            names, concatenated and projected to `pooled_dim` (seed 004).
         pooled_dim: projection size for a list of poolings.
         normalize: L2-normalize the output.
     """
@@ -50,7 +52,9 @@ class Embedder(keras.Model):
 
     @property
     def output_dim(self):
-        return self.hidden_dim if isinstance(self.pooling_spec, str) else self.pooled_dim
+        if isinstance(self.pooling_spec, str):
+            return self.hidden_dim * len(self.pooling_spec.split("+"))
+        return self.pooled_dim
 
     def build(self, inputs_shape):
         ids_shape = tuple(inputs_shape["token_ids"])

@@ -2,6 +2,8 @@
 
 import keras
 
+from tf_msemb.models.encoder import l2_normalize
+
 
 @keras.saving.register_keras_serializable(package="tf_msemb")
 class ProjectedEncoder(keras.Model):
@@ -30,6 +32,67 @@ class ProjectedEncoder(keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(encoder=keras.saving.serialize_keras_object(self.encoder), output_dim=self.output_dim)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class DenseHead(keras.Model):
+    """An encoder's vectors through dense layers with activations, then optionally L2-normalized.
+
+    sentence-transformers' Dense modules (distiluse: 768 -> 512, tanh) after
+    the pooling; `models.st_modules.dense_head` loads their weights. Its own
+    class, not an `Embedder`, so packed inference (which knows only the
+    pooling) falls back to padded batches instead of leaving the layers out.
+
+    Args:
+        encoder: tokens -> `[b, d]`, unnormalized.
+        dense_layers: one dict per layer, `units`, `activation` (a Keras name)
+            and `use_bias`, applied in order.
+        normalize: L2-normalize the output.
+    """
+
+    def __init__(self, encoder, dense_layers, normalize=False, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.dense_specs = [dict(spec) for spec in dense_layers]
+        self.normalize = normalize
+        self.dense = [keras.layers.Dense(spec["units"], activation=spec["activation"],
+                                         use_bias=spec.get("use_bias", True), name=f"dense_{i}")
+                      for i, spec in enumerate(self.dense_specs)]
+
+    @property
+    def output_dim(self):
+        return self.dense_specs[-1]["units"] if self.dense_specs else self.encoder.output_dim
+
+    @property
+    def vocabulary_size(self):
+        return self.encoder.vocabulary_size
+
+    def build(self, inputs_shape):
+        if not self.encoder.built:
+            self.encoder.build(inputs_shape)
+        width = self.encoder.output_dim
+        for layer, spec in zip(self.dense, self.dense_specs):
+            layer.build((None, width))
+            width = spec["units"]
+        self.built = True
+
+    def call(self, inputs, training=False):
+        x = self.encoder(inputs, training=training)
+        for layer in self.dense:
+            x = layer(x)
+        x = keras.ops.cast(x, "float32")
+        return l2_normalize(x) if self.normalize else x
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(encoder=keras.saving.serialize_keras_object(self.encoder), dense_layers=self.dense_specs,
+                      normalize=self.normalize)
         return config
 
     @classmethod

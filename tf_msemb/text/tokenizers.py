@@ -24,7 +24,7 @@ from tf_msemb.text.normalize import normalize_text
 
 # The options that change token ids (those a tokenizer has go into its fingerprint).
 FINGERPRINT_OPTIONS = ("add_bos", "add_eos", "normalize", "lowercase", "strip_accents", "split_cjk",
-                       "max_word_characters")
+                       "max_word_characters", "prompt")
 
 
 class SubwordTokenizer(keras.layers.Layer):
@@ -35,9 +35,12 @@ class SubwordTokenizer(keras.layers.Layer):
         add_bos: prepend the begin-of-sequence token.
         add_eos: append the end-of-sequence token.
         normalize: apply `normalize_text` before tokenizing.
+        prompt: text put before every input, inside the graph (a
+            sentence-transformers prompt such as `"query: "`), so exports
+            given raw strings apply it too.
     """
 
-    def __init__(self, max_length=128, add_bos=True, add_eos=True, normalize=True, **kwargs):
+    def __init__(self, max_length=128, add_bos=True, add_eos=True, normalize=True, prompt="", **kwargs):
         kwargs["trainable"] = False
         super().__init__(**kwargs)
         if max_length < 1 + int(add_bos) + int(add_eos):
@@ -48,6 +51,7 @@ class SubwordTokenizer(keras.layers.Layer):
         self.add_bos = add_bos
         self.add_eos = add_eos
         self.normalize = normalize
+        self.prompt = prompt or ""
 
     @property
     def vocabulary_size(self):
@@ -69,6 +73,8 @@ class SubwordTokenizer(keras.layers.Layer):
         filter needs to see.
         """
         texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        if self.prompt:
+            texts = tf.strings.join([self.prompt, texts])
         if self.normalize:
             texts = normalize_text(texts)
         ids = self._tokenize_normalized(texts)
@@ -133,6 +139,8 @@ class SubwordTokenizer(keras.layers.Layer):
             add_eos=self.add_eos,
             normalize=self.normalize,
         )
+        if self.prompt:
+            config["prompt"] = self.prompt
         return config
 
 
@@ -234,18 +242,27 @@ class WordPieceTokenizer(SubwordTokenizer):
         self.strip_accents = strip_accents
         self.split_cjk = split_cjk
         self.max_word_characters = max_word_characters
-        vocab = _read_bytes(self.vocabulary_file, "WordPiece vocabulary").decode("utf-8").splitlines()
+        vocab = self._vocabulary()
         index = {token: i for i, token in enumerate(vocab)}
-        missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]") if t not in index]
+        pad, unk, cls, sep = self._special_tokens()
+        missing = [t for t in (pad, unk, cls, sep) if t not in index]
         if missing:
             raise ValueError(f"{self.vocabulary_file} lacks the special tokens {missing}.")
-        self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
-        self.bos_id, self.eos_id = index["[CLS]"], index["[SEP]"]
+        self.pad_id, self.unk_id = index[pad], index[unk]
+        self.bos_id, self.eos_id = index[cls], index[sep]
         self._vocabulary_size = len(vocab)
         # Words are at most 4 bytes a character; longer ones are handled in `_tokenize_normalized`.
         self._wp = tf_text.FastWordpieceTokenizer(
             vocab=vocab, suffix_indicator="##", max_bytes_per_word=4 * max_word_characters + 4,
-            token_out_type=tf.int32, unknown_token="[UNK]", no_pretokenization=True)
+            token_out_type=tf.int32, unknown_token=unk, no_pretokenization=True)
+
+    def _vocabulary(self):
+        """The tokens in id order (here: the lines of `vocabulary_file`)."""
+        return _read_bytes(self.vocabulary_file, "WordPiece vocabulary").decode("utf-8").splitlines()
+
+    def _special_tokens(self):
+        """Padding, unknown, begin and end tokens."""
+        return "[PAD]", "[UNK]", "[CLS]", "[SEP]"
 
     @property
     def vocabulary_size(self):
