@@ -34,10 +34,15 @@ def checked_index(index):
     return index
 
 
-def checked_matmul_dtype(matmul_dtype):
-    """`matmul_dtype` if it names one of `MATMUL_DTYPES`; a ValueError otherwise."""
+def checked_matmul_dtype(matmul_dtype, index="exact"):
+    """`matmul_dtype` if it names one of `MATMUL_DTYPES` and `index` can use it; a ValueError otherwise.
+
+    Only `exact` search multiplies in another dtype than float32.
+    """
     if matmul_dtype not in MATMUL_DTYPES:
         raise ValueError(f"Unknown matmul dtype {matmul_dtype!r}; choose from {MATMUL_DTYPES}.")
+    if matmul_dtype != "float32" and index != "exact":
+        raise ValueError(f"matmul_dtype={matmul_dtype!r} needs index 'exact', not {index!r}.")
     return matmul_dtype
 
 
@@ -267,9 +272,9 @@ def knn_both(x, y, k, index="exact", chunk_size=100_000, verbose=False, matmul_d
     twice and take float32 only.
     """
     if index == "exact":
-        return exact_knn_both(x, y, k, chunk_size, verbose, matmul_dtype, candidate_margin)
-    if checked_matmul_dtype(matmul_dtype) != "float32":
-        raise ValueError(f"matmul_dtype={matmul_dtype!r} needs index 'exact', not {index!r}.")
+        return exact_knn_both(x, y, k, chunk_size, verbose, matmul_dtype=matmul_dtype,
+                              candidate_margin=candidate_margin)
+    checked_matmul_dtype(matmul_dtype, index)
     return (knn(x, y, k, index, chunk_size, verbose, **index_options),
             knn(y, x, k, index, chunk_size, verbose, **index_options))
 
