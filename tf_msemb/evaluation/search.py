@@ -10,11 +10,12 @@ it is read and converted to float32 one chunk at a time, so memory stays
 bounded by the chunk size plus the index itself (nothing for `exact`, the
 float32 pool for `ivf` and `hnsw`, `pq_bytes` per vector for `ivfpq`).
 
-Mining needs k-NN both ways; `exact_knn_both` scores each pair once for
-both directions, and optionally in bfloat16 with a float32 re-score of the
-best candidates (`matmul_dtype`).
+Mining needs k-NN both ways (`knn_both`); `exact_knn_both` scores each pair
+once for both directions, and optionally in bfloat16 with a float32
+re-score of the best candidates (`matmul_dtype`).
 """
 
+import functools
 import math
 
 import faiss
@@ -112,7 +113,6 @@ def exact_knn(queries, pool, k, chunk_size=100_000, verbose=False, engine="tenso
     return sims, ids
 
 
-@tf.function(reduce_retracing=True)
 def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, column_k, offset):
     """One `[queries, pool_chunk]` score block, top-k'd along rows and along columns.
 
@@ -129,6 +129,16 @@ def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, 
     merged = tf.math.top_k(sims, tf.minimum(column_k, tf.shape(sims)[1]))
     return (tf.cast(rows.values, tf.float32), rows.indices, merged.values,
             tf.gather(ids, merged.indices, batch_dims=1))
+
+
+@functools.cache
+def _score_block_function(dtype):
+    """`_score_block_both_ways` as a TensorFlow function for `dtype` blocks, traced once for any shapes."""
+    matrix = lambda dtype: tf.TensorSpec([None, None], dtype)  # noqa: E731
+    scalar = lambda dtype: tf.TensorSpec([], dtype)  # noqa: E731
+    return tf.function(_score_block_both_ways, input_signature=[
+        matrix(dtype), matrix(dtype), scalar(tf.int32), matrix(dtype), matrix(tf.int64), scalar(tf.int32),
+        scalar(tf.int64)])
 
 
 def _rescore(queries, pool, candidates, k):
@@ -159,20 +169,22 @@ def exact_knn_both(x, y, k, chunk_size=100_000, verbose=False, matmul_dtype="flo
     top-k into y's. Pools are read `chunk_size` rows at a time (float16
     memmaps are fine); the block and its transpose are in memory at once.
 
-    `matmul_dtype="bfloat16"` multiplies in bfloat16 (faster where the
-    hardware has bfloat16 matmuls), keeps each row's and column's top
-    `k + candidate_margin` by the bfloat16 scores, then re-scores those
-    candidates in float32 (`_rescore`, gathering them from the other pool):
-    the returned sims are float32 cosines, and the ids the float32 ones
-    unless more than `candidate_margin` vectors crowd a true neighbour within
-    bfloat16's error (about 0.004 for unit vectors).
+    `matmul_dtype="bfloat16"` multiplies in bfloat16 (faster only where the
+    hardware has bfloat16 matmuls: AVX512-BF16 or AMX CPUs, GPUs), keeps
+    each row's and column's top `k + candidate_margin` by the bfloat16
+    scores, then re-scores those candidates in float32 (`_rescore`, gathering
+    them from the other pool): the returned sims are float32 cosines, and
+    the ids the float32 ones unless more than `candidate_margin` vectors
+    crowd a true neighbour within bfloat16's error (its scores have 8
+    significant bits: steps of 0.004 between cosines 0.5 and 1).
     """
     dtype = tf.as_dtype(checked_matmul_dtype(matmul_dtype))
     rescore = matmul_dtype != "float32"
     x_k, y_k = min(k, len(y)), min(k, len(x))
     # Candidates kept per row of x and per row of y: the k, plus the margin re-scored in float32.
     x_keep, y_keep = (min(k + candidate_margin, len(y)), min(k + candidate_margin, len(x))) if rescore else (x_k, y_k)
-    row_k, column_k = tf.constant(x_keep), tf.constant(y_keep)  # tensors: one trace serves every k
+    row_k, column_k = tf.constant(x_keep), tf.constant(y_keep)
+    score_block = _score_block_function(dtype)
     x_sims = np.full((len(x), 0), -np.inf, np.float32)
     x_ids = np.zeros((len(x), 0), np.int64)
     y_sims, y_ids = [], []
@@ -187,7 +199,7 @@ def exact_knn_both(x, y, k, chunk_size=100_000, verbose=False, matmul_dtype="flo
             x_chunk = _float32(x[x_start:x_end])
             for start in range(0, len(x_chunk), QUERY_BLOCK):
                 block = tf.cast(tf.constant(x_chunk[start : start + QUERY_BLOCK]), dtype)
-                s, i, column_sims, column_ids = _score_block_both_ways(
+                s, i, column_sims, column_ids = score_block(
                     block, y_chunk, row_k, column_sims, column_ids, column_k, tf.constant(x_start + start, tf.int64))
                 row_sims.append(s.numpy())
                 row_ids.append(i.numpy().astype(np.int64) + y_start)
