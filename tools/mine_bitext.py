@@ -11,7 +11,9 @@ after an interruption continues after the last finished chunk. Search is
 exact (`exact` with TensorFlow, `flat` with faiss) and memory-bounded by
 `--chunk_size`, or approximate with
 `--index=ivf|ivfpq|hnsw` (`ivfpq` keeps only `--pq_bytes` bytes per vector
-in memory).
+in memory). `exact` scores both directions in one pass; `--matmul_dtype=bfloat16`
+multiplies in bfloat16 and re-scores the best `k + --candidate_margin`
+candidates per sentence in float32.
 """
 
 import os
@@ -36,6 +38,10 @@ flags.DEFINE_float("threshold", None, "Keep pairs scoring at least this (all sel
 flags.DEFINE_string("cache_dir", None, "Where embeddings are cached (default: next to --output).")
 flags.DEFINE_enum("dtype", "float16", list(DTYPES), "Storage type of the cached embeddings.")
 flags.DEFINE_enum("index", "exact", list(search.INDEXES), "Search: exact (TensorFlow) or flat (faiss), or approximate ivf/ivfpq/hnsw.")
+flags.DEFINE_enum("matmul_dtype", "float32", list(search.MATMUL_DTYPES),
+                  "Exact search's score dtype; bfloat16 re-scores its candidates in float32.")
+flags.DEFINE_integer("candidate_margin", 16,
+                     "Candidates beyond k re-scored per sentence with --matmul_dtype=bfloat16.")
 flags.DEFINE_integer("pq_bytes", 48, "Bytes per vector of the ivfpq codes; must divide the embedding dim.")
 flags.DEFINE_integer("nprobe", 16, "Cells visited per query by the ivf indexes.")
 flags.DEFINE_integer("k", 4, "Neighbours per direction for the margin.")
@@ -56,6 +62,7 @@ def unique_lines(path):
 
 def main(argv):
     del argv
+    search.checked_matmul_dtype(FLAGS.matmul_dtype, FLAGS.index)  # before encoding, not after
     export = resolve_export(FLAGS.model)
     model = load_model(export)
     cache_dir = FLAGS.cache_dir or os.path.join(os.path.dirname(os.path.abspath(FLAGS.output)), "mining_cache")
@@ -68,7 +75,8 @@ def main(argv):
                                                         FLAGS.batch_size, model_id=os.path.abspath(export))))
     (src, x), (tgt, y) = embeddings
     pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index, FLAGS.pick,
-                        chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes)
+                        chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes,
+                        matmul_dtype=FLAGS.matmul_dtype, candidate_margin=FLAGS.candidate_margin)
     with open(FLAGS.output, "w", encoding="utf-8") as f:
         for score, i, j in pairs:
             f.write(f"{score:.6f}\t{src[i].replace(chr(9), ' ')}\t{tgt[j].replace(chr(9), ' ')}\n")

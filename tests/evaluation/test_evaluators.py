@@ -189,6 +189,8 @@ def test_mining_applies_the_train_threshold_to_test(tmp_path):
     assert flat["mining/train/f1"] == 1.0
     alone = MiningEvaluator(train, k=1, margin="absolute")
     assert list(alone.evaluate(embed)) == ["train"] and alone(embed)["mining/f1"] == 1.0
+    bfloat16 = MiningEvaluator(train, test, k=1, margin="absolute", selection="forward", matmul_dtype="bfloat16")
+    assert {row: pytest.approx(metrics, abs=1e-6) for row, metrics in bfloat16.evaluate(embed).items()} == results
 
 
 def test_mining_checks_its_settings_and_files_when_built(tmp_path):
@@ -199,6 +201,8 @@ def test_mining_checks_its_settings_and_files_when_built(tmp_path):
         MiningEvaluator((bad, bad))
     with pytest.raises(ValueError, match="Unknown margin 'cosine'"):
         MiningEvaluator((bad, bad, bad), margin="cosine")
+    with pytest.raises(ValueError, match="matmul_dtype='bfloat16' needs index 'exact', not 'ivf'"):
+        MiningEvaluator((bad, bad, bad), index="ivf", matmul_dtype="bfloat16")
 
 
 def test_zero_shot_classification_scores_the_test_languages(tmp_path):

@@ -55,6 +55,24 @@ def test_gold_pairs_are_recovered_from_noisy_pools():
     assert len(select(forward, backward, "forward")) == n + extra
 
 
+def test_exact_mining_scores_both_ways_in_one_pass_with_the_two_one_way_answers(monkeypatch):
+    from tf_msemb.evaluation import search
+
+    rng = np.random.default_rng(2)
+    x, y = _unit(rng.standard_normal((40, 8))), _unit(rng.standard_normal((70, 8)))
+    expected = candidates_from_knn(search.knn(x, y, 4), search.knn(y, x, 4), "ratio")
+    calls = []
+    both = search.exact_knn_both
+    monkeypatch.setattr(search, "exact_knn", lambda *args, **kwargs: pytest.fail("one-way search"))
+    monkeypatch.setattr(search, "exact_knn_both", lambda *args, **kwargs: calls.append(kwargs) or both(*args, **kwargs))
+    for options in ({}, {"matmul_dtype": "bfloat16"}):
+        forward, backward = margin_candidates(x, y, k=4, chunk_size=16, **options)
+        for got, want in ((forward, expected[0]), (backward, expected[1])):
+            assert [(i, j) for _, i, j in got] == [(i, j) for _, i, j in want]
+            np.testing.assert_allclose([s for s, _, _ in got], [s for s, _, _ in want], rtol=1e-5)
+    assert [c.get("matmul_dtype", "float32") for c in calls] == ["float32", "bfloat16"]
+
+
 def test_selection_rules():
     forward = [(0.9, 0, 0), (0.5, 1, 0), (0.4, 2, 2)]
     backward = [(0.9, 0, 0), (0.3, 2, 1), (0.4, 2, 2)]

@@ -74,3 +74,78 @@ def test_bad_index_options_name_the_problem():
         search.build_index(_unit_rows(10, 8, 8), "lsh")
     with pytest.raises(ValueError, match="pq_bytes=5 must divide the embedding dim 8"):
         search.build_index(_unit_rows(100, 8, 8), "ivfpq", pq_bytes=5)
+
+
+def test_two_way_exact_knn_equals_one_numpy_search_each_way(monkeypatch):
+    monkeypatch.setattr(search, "QUERY_BLOCK", 4)
+    x, y = _unit_rows(37, 8, 11), _unit_rows(101, 8, 12)
+    # Chunks of 10 split both pools, y's last chunk of one row (fewer than k); blocks of 4 split x's chunks.
+    (xy_sims, xy_ids), (yx_sims, yx_ids) = search.exact_knn_both(x, y, 5, chunk_size=10)
+    for (sims, ids), (expected_sims, expected_ids) in (((xy_sims, xy_ids), _numpy_knn(x, y, 5)),
+                                                       ((yx_sims, yx_ids), _numpy_knn(y, x, 5))):
+        assert sims.dtype == np.float32 and ids.dtype == np.int64
+        np.testing.assert_array_equal(ids, expected_ids)
+        np.testing.assert_allclose(sims, expected_sims, atol=1e-6)
+
+
+def test_two_way_exact_knn_reads_float16_memmaps_and_clips_k(tmp_path):
+    x, y = _unit_rows(30, 8, 13), _unit_rows(3, 8, 14)
+    for name, pool in (("x", x), ("y", y)):
+        np.save(tmp_path / f"{name}.npy", pool.astype(np.float16))
+    stored = [np.load(tmp_path / f"{name}.npy", mmap_mode="r") for name in ("x", "y")]
+    for matmul_dtype in search.MATMUL_DTYPES:
+        (xy_sims, xy_ids), (yx_sims, yx_ids) = search.exact_knn_both(*stored, 5, chunk_size=7,
+                                                                     matmul_dtype=matmul_dtype)
+        assert xy_ids.shape == (30, 3) and yx_ids.shape == (3, 5)
+        np.testing.assert_array_equal(xy_ids, _numpy_knn(x, y, 3)[1])
+        np.testing.assert_array_equal(yx_ids, _numpy_knn(y, x, 5)[1])
+
+
+def _near_ties(groups=4, size=8, seed=15):
+    """Pools whose cosines within a group differ by about 1e-4 (bfloat16 ties them); 0 across groups.
+
+    x_i = a_i e_g + sqrt(1 - a_i^2) u_i and y_j = b_j e_g + sqrt(1 - b_j^2) w_j with u, w private
+    basis vectors, so cos(x_i, y_j) = a_i b_j in a group; a and b are shuffled so that index order,
+    bfloat16's tie-break, is not the true order.
+    """
+    rng = np.random.default_rng(seed)
+    n = groups * size
+    dim = groups + 2 * n
+    scale = [0.95 + 1e-4 * rng.permutation(size) for _ in range(2 * groups)]
+    pools = []
+    for side in range(2):
+        v = np.zeros((n, dim), np.float32)
+        for row in range(n):
+            g, a = row // size, scale[side * groups + row // size][row % size]
+            v[row, g], v[row, groups + side * n + row] = a, np.sqrt(1 - a * a)
+        pools.append(v)
+    return pools
+
+
+def test_bfloat16_scores_with_a_float32_rescore_find_the_float32_neighbours(monkeypatch):
+    monkeypatch.setattr(search, "QUERY_BLOCK", 4)
+    x, y = _near_ties()
+    float32 = search.exact_knn_both(x, y, 3, chunk_size=10)
+    # Without a margin the bfloat16 top 3 are misordered; the group's 5 others as margin cover the true 3.
+    bfloat16_alone = search.exact_knn_both(x, y, 3, chunk_size=10, matmul_dtype="bfloat16", candidate_margin=0)
+    rescored = search.exact_knn_both(x, y, 3, chunk_size=10, matmul_dtype="bfloat16", candidate_margin=5)
+    for way, (queries, pool) in enumerate(((x, y), (y, x))):
+        expected_sims, expected_ids = _numpy_knn(queries, pool, 3)
+        np.testing.assert_array_equal(float32[way][1], expected_ids)
+        assert np.mean(bfloat16_alone[way][1] != expected_ids) > 0.3
+        sims, ids = rescored[way]
+        np.testing.assert_array_equal(ids, expected_ids)
+        # The float32 cosines, not bfloat16's (which are 1e-3 off).
+        np.testing.assert_allclose(sims, (queries.astype(np.float64) @ pool.T.astype(np.float64))[
+            np.arange(len(queries))[:, None], ids], atol=1e-6)
+
+
+def test_knn_both_runs_other_indexes_one_way_at_a_time():
+    x, y = _unit_rows(20, 8, 16), _unit_rows(60, 8, 17)
+    (_, xy_ids), (_, yx_ids) = search.knn_both(x, y, 3, "flat", nprobe=4)
+    np.testing.assert_array_equal(xy_ids, _numpy_knn(x, y, 3)[1])
+    np.testing.assert_array_equal(yx_ids, _numpy_knn(y, x, 3)[1])
+    with pytest.raises(ValueError, match="matmul_dtype='bfloat16' needs index 'exact', not 'flat'"):
+        search.knn_both(x, y, 3, "flat", matmul_dtype="bfloat16")
+    with pytest.raises(ValueError, match="Unknown matmul dtype 'float16'"):
+        search.exact_knn_both(x, y, 3, matmul_dtype="float16")

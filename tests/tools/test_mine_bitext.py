@@ -3,6 +3,8 @@
 import os
 import random
 
+import pytest
+
 from conftest import CORPUS
 from conftest import REPO
 from conftest import run
@@ -32,6 +34,11 @@ def test_mines_true_translations_above_the_threshold_and_reuses_its_cache(quicks
     correct = [gold.get(r[1]) == r[2] for r in rows]
     # The best-scoring half of the mined pairs is nearly all true translations.
     assert sum(correct[: len(rows) // 2]) >= 0.95 * (len(rows) // 2)
+    # bfloat16 scores with a float32 re-score mine the same pairs with the same (float32) scores.
+    run([*args, f"--output={tmp_path}/bf16.tsv", "--matmul_dtype=bfloat16"], tmp_path)
+    bfloat16 = [line.split("\t") for line in (tmp_path / "bf16.tsv").read_text().splitlines()]
+    expected = {(r[1], r[2]): score for r, score in zip(rows, scores)}
+    assert {(r[1], r[2]): float(r[0]) for r in bfloat16} == pytest.approx(expected, abs=2e-6)
     cache = tmp_path / "cache" / "tgt.de.float16.npy"
     written = cache.stat().st_mtime_ns
     threshold = scores[len(rows) // 2]

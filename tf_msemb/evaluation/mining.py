@@ -1,8 +1,9 @@
 """BUCC-style bitext mining with margin scores (Artetxe & Schwenk 2019; seed 004 Sec. 6).
 
 For unit vectors `x` (source pool) and `y` (target pool), with `NN_k` the k
-nearest neighbours by cosine in both directions (`search.knn`: exact
-TensorFlow matmul + top-k, or a faiss index):
+nearest neighbours by cosine in both directions (`search.knn_both`: exact
+TensorFlow matmul + top-k from one pass over the score matrix, or a faiss
+index each way):
 
     margin(x, y) = f(cos(x, y), sum_{z in NN_k(x)} cos(x, z) / 2k + sum_{z in NN_k(y)} cos(y, z) / 2k)
 
@@ -57,14 +58,13 @@ def margin_candidates(x, y, k=4, margin="ratio", index="exact", pick=None, **sea
     """Forward and backward candidates with margin scores.
 
     `x` and `y` are unit-vector pools (arrays or memmaps); `index` and
-    `search_options` go to `search.knn`. Returns `(forward, backward)`: lists
-    of `(score, i, j)` rows with `i` indexing `x` and `j` indexing `y`; each
-    query keeps one neighbour, chosen by `pick` (see `candidates_from_knn`).
+    `search_options` (such as `matmul_dtype`) go to `search.knn_both`.
+    Returns `(forward, backward)`: lists of `(score, i, j)` rows with `i`
+    indexing `x` and `j` indexing `y`; each query keeps one neighbour, chosen
+    by `pick` (see `candidates_from_knn`).
     """
     _choice(margin, MARGINS, "margin")
-    forward_knn = search.knn(x, y, k, index, **search_options)
-    backward_knn = search.knn(y, x, k, index, **search_options)
-    return candidates_from_knn(forward_knn, backward_knn, margin, pick)
+    return candidates_from_knn(*search.knn_both(x, y, k, index, **search_options), margin, pick)
 
 
 def _filled_mean(sims):
@@ -213,6 +213,9 @@ class MiningEvaluator(Evaluator):
         pick: one of `PICKS`, or None for the margin's paper's rule (`PAPER_PICKS`).
         index: the search (`search.INDEXES`).
         nprobe: cells visited per query by the ivf indexes.
+        matmul_dtype: `"bfloat16"` scores exact search in bfloat16 and re-scores `k + candidate_margin`
+            candidates in float32 (`search.exact_knn_both`); `"float32"` (default) is exact throughout.
+        candidate_margin: extra candidates re-scored per sentence under bfloat16.
         name: the metric prefix.
 
     Rows `train` and `test` with `precision`, `recall`, `f1`, the `threshold`
@@ -224,8 +227,10 @@ class MiningEvaluator(Evaluator):
     setting_metrics = ("threshold",)
 
     def __init__(self, train, test=None, k=4, margin="ratio", selection="intersect", index="exact", nprobe=16,
-                 name="mining", pick=None):
-        self.name, self.k, self.nprobe = name, k, nprobe
+                 name="mining", pick=None, matmul_dtype="float32", candidate_margin=16):
+        self.name, self.k = name, k
+        self.search_options = {"nprobe": nprobe, "matmul_dtype": search.checked_matmul_dtype(matmul_dtype, index),
+                               "candidate_margin": candidate_margin}
         self.margin = _choice(margin, MARGINS, "margin")
         self.pick = _choice(pick or PAPER_PICKS[margin], PICKS, "pick")
         self.selection = _choice(selection, SELECTIONS, "selection")
@@ -240,7 +245,7 @@ class MiningEvaluator(Evaluator):
         """Candidates `(score, src_id, tgt_id)` of a split, and its gold pairs."""
         (src_ids, src), (tgt_ids, tgt), gold = self.splits[split]
         forward, backward = margin_candidates(embed(src), embed(tgt), self.k, self.margin, self.index, self.pick,
-                                              nprobe=self.nprobe)
+                                              **self.search_options)
         return [(s, src_ids[i], tgt_ids[j]) for s, i, j in select(forward, backward, self.selection)], gold
 
     def evaluate(self, embed):

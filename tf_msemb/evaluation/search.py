@@ -9,8 +9,13 @@ be any array-like with `shape` and slicing, such as a float16 `np.memmap`:
 it is read and converted to float32 one chunk at a time, so memory stays
 bounded by the chunk size plus the index itself (nothing for `exact`, the
 float32 pool for `ivf` and `hnsw`, `pq_bytes` per vector for `ivfpq`).
+
+Mining needs k-NN both ways (`knn_both`); `exact_knn_both` scores each pair
+once for both directions, and optionally in bfloat16 with a float32
+re-score of the best candidates (`matmul_dtype`).
 """
 
+import functools
 import math
 
 import faiss
@@ -20,6 +25,7 @@ import tensorflow as tf
 
 INDEXES = ("exact", "flat", "ivf", "ivfpq", "hnsw")
 QUERY_BLOCK = 1024  # queries scored at once by the TensorFlow engine: a [1024, chunk] float32 block
+MATMUL_DTYPES = ("float32", "bfloat16")
 
 
 def checked_index(index):
@@ -27,6 +33,18 @@ def checked_index(index):
     if index not in INDEXES:
         raise ValueError(f"Unknown index {index!r}; choose from {INDEXES}.")
     return index
+
+
+def checked_matmul_dtype(matmul_dtype, index="exact"):
+    """`matmul_dtype` if it names one of `MATMUL_DTYPES` and `index` can use it; a ValueError otherwise.
+
+    Only `exact` search multiplies in another dtype than float32.
+    """
+    if matmul_dtype not in MATMUL_DTYPES:
+        raise ValueError(f"Unknown matmul dtype {matmul_dtype!r}; choose from {MATMUL_DTYPES}.")
+    if matmul_dtype != "float32" and index != "exact":
+        raise ValueError(f"matmul_dtype={matmul_dtype!r} needs index 'exact', not {index!r}.")
+    return matmul_dtype
 
 
 def _float32(chunk):
@@ -95,6 +113,110 @@ def exact_knn(queries, pool, k, chunk_size=100_000, verbose=False, engine="tenso
     return sims, ids
 
 
+def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, column_k, offset):
+    """One `[queries, pool_chunk]` score block, top-k'd along rows and along columns.
+
+    Returns the rows' top `row_k` (sims as float32, ids in `pool_chunk`) and
+    the columns' running top `column_k`: this block's column top-k merged into
+    `column_sims`/`column_ids` (ids of queries, shifted by `offset`). Earlier
+    entries win ties, as in `exact_knn`.
+    """
+    scores = tf.matmul(queries, pool_chunk, transpose_b=True)
+    rows = tf.math.top_k(scores, tf.minimum(row_k, tf.shape(scores)[1]))
+    columns = tf.math.top_k(tf.transpose(scores), tf.minimum(column_k, tf.shape(scores)[0]))
+    sims = tf.concat([column_sims, columns.values], axis=1)
+    ids = tf.concat([column_ids, tf.cast(columns.indices, tf.int64) + offset], axis=1)
+    merged = tf.math.top_k(sims, tf.minimum(column_k, tf.shape(sims)[1]))
+    return (tf.cast(rows.values, tf.float32), rows.indices, merged.values,
+            tf.gather(ids, merged.indices, batch_dims=1))
+
+
+@functools.cache
+def _score_block_function(dtype):
+    """`_score_block_both_ways` as a TensorFlow function for `dtype` blocks, traced once for any shapes."""
+    matrix = lambda dtype: tf.TensorSpec([None, None], dtype)  # noqa: E731
+    scalar = lambda dtype: tf.TensorSpec([], dtype)  # noqa: E731
+    return tf.function(_score_block_both_ways, input_signature=[
+        matrix(dtype), matrix(dtype), scalar(tf.int32), matrix(dtype), matrix(tf.int64), scalar(tf.int32),
+        scalar(tf.int64)])
+
+
+def _rescore(queries, pool, candidates, k):
+    """The float32 top k of each query among its `candidates` (`[n, c]` rows of `pool`), best first.
+
+    Candidates are gathered (sorted, unique) from `pool` one query block at a
+    time, so only `QUERY_BLOCK * c` vectors are in memory.
+    """
+    sims, ids = [], []
+    for start, end in _chunks(len(queries), QUERY_BLOCK):
+        block = candidates[start:end]
+        unique, position = np.unique(block, return_inverse=True)
+        vectors = tf.gather(tf.constant(_float32(pool[unique])), position.reshape(block.shape))
+        scores = tf.linalg.matvec(vectors, tf.constant(_float32(queries[start:end])))
+        top = tf.math.top_k(scores, k)
+        sims.append(top.values.numpy())
+        ids.append(np.take_along_axis(block, top.indices.numpy(), axis=1))
+    return np.concatenate(sims), np.concatenate(ids)
+
+
+def exact_knn_both(x, y, k, chunk_size=100_000, verbose=False, matmul_dtype="float32", candidate_margin=16):
+    """Exact k-NN of `x` in `y` and of `y` in `x` from one pass over the score matrix.
+
+    Returns `((sims, ids) of x in y, (sims, ids) of y in x)`, best first, as
+    two `exact_knn` calls would (ids equal up to exact ties), at half the
+    matmul work: each `[QUERY_BLOCK rows of x, chunk of y]` score block is
+    computed once; its row top-k merges into x's running top-k, its column
+    top-k into y's. Pools are read `chunk_size` rows at a time (float16
+    memmaps are fine); the block and its transpose are in memory at once.
+
+    `matmul_dtype="bfloat16"` multiplies in bfloat16 (faster only where the
+    hardware has bfloat16 matmuls: AVX512-BF16 or AMX CPUs, GPUs), keeps
+    each row's and column's top `k + candidate_margin` by the bfloat16
+    scores, then re-scores those candidates in float32 (`_rescore`, gathering
+    them from the other pool): the returned sims are float32 cosines, and
+    the ids the float32 ones unless more than `candidate_margin` vectors
+    crowd a true neighbour within bfloat16's error (its scores have 8
+    significant bits: steps of 0.004 between cosines 0.5 and 1).
+    """
+    dtype = tf.as_dtype(checked_matmul_dtype(matmul_dtype))
+    rescore = matmul_dtype != "float32"
+    x_k, y_k = min(k, len(y)), min(k, len(x))
+    # Candidates kept per row of x and per row of y: the k, plus the margin re-scored in float32.
+    x_keep, y_keep = (min(k + candidate_margin, len(y)), min(k + candidate_margin, len(x))) if rescore else (x_k, y_k)
+    row_k, column_k = tf.constant(x_keep), tf.constant(y_keep)
+    score_block = _score_block_function(dtype)
+    x_sims = np.full((len(x), 0), -np.inf, np.float32)
+    x_ids = np.zeros((len(x), 0), np.int64)
+    y_sims, y_ids = [], []
+    y_chunks, x_chunks = _chunks(len(y), chunk_size), _chunks(len(x), chunk_size)
+    progress = keras.utils.Progbar(len(y_chunks) * len(x), unit_name="query", verbose=1 if verbose else 0)
+    for y_start, y_end in y_chunks:
+        y_chunk = tf.cast(tf.constant(_float32(y[y_start:y_end])), dtype)
+        column_sims = tf.zeros((y_end - y_start, 0), dtype)
+        column_ids = tf.zeros((y_end - y_start, 0), tf.int64)
+        row_sims, row_ids = [], []
+        for x_start, x_end in x_chunks:
+            x_chunk = _float32(x[x_start:x_end])
+            for start in range(0, len(x_chunk), QUERY_BLOCK):
+                block = tf.cast(tf.constant(x_chunk[start : start + QUERY_BLOCK]), dtype)
+                s, i, column_sims, column_ids = score_block(
+                    block, y_chunk, row_k, column_sims, column_ids, column_k, tf.constant(x_start + start, tf.int64))
+                row_sims.append(s.numpy())
+                row_ids.append(i.numpy().astype(np.int64) + y_start)
+            progress.add(x_end - x_start)
+        x_sims, x_ids = _merge_top_k(x_sims, x_ids, np.concatenate(row_sims), np.concatenate(row_ids), x_keep)
+        column_ids = column_ids.numpy()
+        if rescore:
+            y_sims_chunk, column_ids = _rescore(y[y_start:y_end], x, column_ids, y_k)
+        else:
+            y_sims_chunk = column_sims.numpy()
+        y_sims.append(y_sims_chunk)
+        y_ids.append(column_ids)
+    if rescore:
+        x_sims, x_ids = _rescore(x, y, x_ids, x_k)
+    return (x_sims, x_ids), (np.concatenate(y_sims), np.concatenate(y_ids))
+
+
 def build_index(pool, kind="ivf", nlist=None, pq_bytes=48, hnsw_neighbors=32, chunk_size=100_000, seed=0,
                 verbose=False):
     """An approximate inner-product faiss index over `pool` (added chunk by chunk).
@@ -151,6 +273,22 @@ def search_index(index, queries, k, nprobe=16, ef_search=128, chunk_size=100_000
         ids.append(i)
         progress.add(end - start)
     return np.concatenate(sims), np.concatenate(ids)
+
+
+def knn_both(x, y, k, index="exact", chunk_size=100_000, verbose=False, matmul_dtype="float32", candidate_margin=16,
+             **index_options):
+    """k-NN of `x` in `y` and of `y` in `x`: `((sims, ids), (sims, ids))`.
+
+    `exact` scores both ways in one pass (`exact_knn_both`, where
+    `matmul_dtype` and `candidate_margin` apply); other indexes run `knn`
+    twice and take float32 only.
+    """
+    if index == "exact":
+        return exact_knn_both(x, y, k, chunk_size, verbose, matmul_dtype=matmul_dtype,
+                              candidate_margin=candidate_margin)
+    checked_matmul_dtype(matmul_dtype, index)
+    return (knn(x, y, k, index, chunk_size, verbose, **index_options),
+            knn(y, x, k, index, chunk_size, verbose, **index_options))
 
 
 def knn(queries, pool, k, index="exact", chunk_size=100_000, verbose=False, **index_options):
