@@ -74,3 +74,21 @@ def test_seed002_cpu_recipe_uses_queue_negatives_only_and_keeps_the_queue_within
     lag = 1 / (1 - value("DualMomentumContrast.momentum"))
     assert span / lag == pytest.approx((409_600 / 1024) / (1 / (1 - 0.999)), rel=0.05)
     assert value("make_optimizer.global_clipnorm") == 10.0
+
+
+def test_seed001_paper_values():
+    """Sec. 3: batch 64, 2e-5, 10K warm-up, dev MSE selection; the teacher is run live from its own directory."""
+    value = _bindings("distill_paper.gin")
+    assert value("train.objective").configurable.name == "MultilingualDistillation"
+    # Local paths the user binds once: the student's, and the teacher's for training and the dev MSE alike.
+    assert value("train.pretrained").scopes == ["STUDENT"] and value("%STUDENT") == "models/xlm-roberta-base"
+    assert value("MultilingualDistillation.teacher").scopes == value("DistillationMSE.teacher").scopes == ["TEACHER"]
+    assert value("%TEACHER") == "models/bert-base-nli-stsb-mean-tokens"
+    assert value("MultilingualDistillation.projection") == "error"  # the paper's towers are both 768 wide
+    assert value("train.global_batch_size") == 64 and value("train.num_steps") == 20 * 1_000_000 // 64
+    assert value("make_optimizer.name") == "adamw" and value("make_optimizer.learning_rate") == 2e-5
+    assert value("make_optimizer.warmup_steps") == 10_000 and value("make_optimizer.decay") == "linear"
+    assert value("make_optimizer.weight_decay") == 0.01 and value("make_optimizer.global_clipnorm") == 1.0
+    assert value("load_pretrained.max_length") == value("make_dataset.max_tokens") == 128
+    assert value("load_pretrained.pooling") == "mean" and not value("load_pretrained.normalize")
+    assert value("train.best_metric") == "distillation/mse" and value("train.best_mode") == "min"

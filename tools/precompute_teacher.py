@@ -15,9 +15,9 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.data.teacher_vectors import add_teacher_vectors
-from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.models.teacher import load_teacher
 
-flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher: a load_pretrained name, directory or keras-hub preset.")
+flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher: a load_pretrained name, directory (its own pooling and width) or keras-hub preset.")
 flags.DEFINE_string("manifest", None, "Manifest of the corpus to extend (from make_tfrecords.py).")
 flags.DEFINE_string("output_dir", None, "Where the extended shards and manifest go.")
 flags.DEFINE_integer("batch_size", 128, "Sentences per teacher batch.")
@@ -27,7 +27,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    tokenizer, encoder = load_pretrained(FLAGS.teacher)
+    tokenizer, encoder = load_teacher(FLAGS.teacher)
     manifest = add_teacher_vectors(
         FLAGS.manifest, tokenizer, encoder, FLAGS.teacher, FLAGS.output_dir, FLAGS.batch_size
     )

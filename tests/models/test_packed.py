@@ -1,3 +1,6 @@
+import json
+import os
+
 import keras
 import keras_hub
 import numpy as np
@@ -8,9 +11,12 @@ from tf_msemb.models import packed
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
+from tf_msemb.models.pretrained import load_pretrained
 
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
 # Lengths from 2 tokens (an empty text: <s> </s>) to the tokenizer's limit of 48.
 TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten am Abend.", "The dog runs.",
          "x " * 60, "Une femme lit un livre.", "A"]
@@ -61,6 +67,30 @@ def test_bert_backbone_packed_equals_padded(tokenizer, pooling):
     np.testing.assert_allclose(packed, padded, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["xlm_roberta", "roberta", "distilbert", "bert_sentencepiece"])
+def test_hugging_face_checkpoints_packed_equal_padded(name):
+    """RoBERTa / XLM-R (positions after the padding id, a folded token-type row; CLS and max pooling) and
+    DistilBERT (no token types) from the tiny checkpoints, sentences of 2 to 32 tokens in one batch."""
+    tokenizer, encoder = load_pretrained(os.path.join(FIXTURES, name))
+    with open(os.path.join(FIXTURES, f"{name}_reference.json"), encoding="utf-8") as f:
+        sentences = json.load(f)["sentences"] + [""]
+    assert packed_support(encoder) is None
+    ids = tokenizer.tokenize(tf.constant(sentences))
+    assert min(ids.row_lengths()) == 2 and max(ids.row_lengths()) == tokenizer.max_length
+    packed, padded = PackedEncoder(encoder)(ids).numpy(), encoder(tokenizer.pad(ids)).numpy()
+    np.testing.assert_allclose(packed, padded, rtol=0, atol=1e-5)
+
+
+def test_a_projected_student_packs_with_its_projection(tokenizer):
+    """A student projected to its teacher's width (seed 001) exports packed, projection included."""
+    encoder = ProjectedEncoder(_sentence_encoder(tokenizer, normalize=True), 24)
+    ensure_built(encoder)
+    encoder.projection.bias.assign(np.random.default_rng(1).normal(size=24).astype(np.float32))
+    packed, padded = _both(tokenizer, encoder)
+    assert packed.shape == (len(TEXTS), 24)
+    np.testing.assert_allclose(packed, padded, atol=1e-5)
+
+
 def test_bfloat16_stays_close_and_keeps_float32_output(tokenizer):
     encoder = _bert_encoder(tokenizer, normalize=True)
     half, full = _both(tokenizer, encoder, "bfloat16")
@@ -104,7 +134,10 @@ def test_unsupported_encoders_are_named(tokenizer):
     distil = keras_hub.models.DistilBertBackbone(vocabulary_size=tokenizer.vocabulary_size, num_layers=1,
                                                  num_heads=2, hidden_dim=16, intermediate_dim=32,
                                                  max_sequence_length=tokenizer.max_length)
-    assert "DistilBertBackbone is not a BertBackbone" in packed_support(Embedder(distil))
+    assert packed_support(Embedder(distil)) is None
+    gpt2 = keras_hub.models.GPT2Backbone(vocabulary_size=tokenizer.vocabulary_size, num_layers=1, num_heads=2,
+                                         hidden_dim=16, intermediate_dim=32, max_sequence_length=8)
+    assert "GPT2Backbone is not one of BertBackbone, RobertaBackbone" in packed_support(Embedder(gpt2))
     assert "Sequential is not an Embedder" in packed_support(keras.Sequential([keras.layers.Dense(2)]))
     with pytest.raises(ValueError, match="Cannot pack this encoder: pooling 'attention'"):
         PackedEncoder(_sentence_encoder(tokenizer, pooling="attention"))
@@ -134,3 +167,12 @@ def test_weights_packing_would_not_read_are_a_reason(tokenizer, monkeypatch):
     encoder = _sentence_encoder(tokenizer)
     monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "output", "_feedforward_intermediate_dense")
     assert packed_support(encoder) == "transformer_layer_0 does not hold exactly the weights packing reads"
+
+
+def test_embedding_weights_packing_would_not_read_are_a_reason(tokenizer, monkeypatch):
+    """A backbone whose embeddings hold a table packing skips (BERT's segments, read as not there) is not packed."""
+    encoder = _bert_encoder(tokenizer)
+    read_backbone = packed._read_backbone
+    monkeypatch.setattr(packed, "_read_backbone",
+                        lambda backbone: read_backbone(backbone) | {"segment_table": None, "constant_row": None})
+    assert "packing would not read" in packed_support(encoder) and "segment_embedding" in packed_support(encoder)

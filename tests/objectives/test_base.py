@@ -60,3 +60,16 @@ def test_options_are_the_constructors_own_arguments():
     model = BidirectionalDualEncoder(encoder, margin=0.2, name="bide")
     assert model.options == {"scale": 1.0, "temperature": None, "margin": 0.2, "num_hard_negatives": 0,
                              "length_penalty": 0.0, "scoring": "dot", "bidirectional": True}
+
+
+def test_options_hold_the_values_gin_binds(clean_gin):
+    """gin hands its bindings to `__init__`; exports' metadata must name them, not the defaults."""
+    import gin
+
+    gin.parse_config("MultilingualDistillation.teacher_dim = 24\nMultilingualDistillation.projection = 'error'\n"
+                     "D = 24\nTranslationRanking.scale = %D")
+    encoder = SentenceEncoder(vocabulary_size=40, max_sequence_length=8, hidden_dim=24, num_layers=1, num_heads=2,
+                              intermediate_dim=16)
+    assert MultilingualDistillation(encoder).options == {"teacher": None, "teacher_dim": 24, "projection": "error"}
+    assert MultilingualDistillation(encoder, teacher_dim=24, projection="dense").options["projection"] == "dense"
+    assert TranslationRanking(encoder).options["scale"] == 24

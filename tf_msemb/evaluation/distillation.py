@@ -16,12 +16,12 @@ from tf_msemb.evaluation.evaluator import Evaluator
 from tf_msemb.evaluation.retrieval import aligned_sets
 from tf_msemb.losses.distillation import distillation_mse
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.models.teacher import load_teacher
 
 
 def teacher_embed(teacher, batch_size=64):
     """`embed` of a teacher: a callable as it is; else an export directory or training model_dir
-    (`encoding.load_model`), or failing that a `models.pretrained.load_pretrained` name or directory
+    (`encoding.load_model`), or failing that a `models.teacher.load_teacher` name or directory
     (its vectors L2-normalized, as an export's are)."""
     if callable(teacher):
         return teacher
@@ -29,7 +29,7 @@ def teacher_embed(teacher, batch_size=64):
         model = load_model(teacher)
     except FileNotFoundError as not_an_export:
         try:
-            tokenizer, encoder = load_pretrained(teacher)
+            tokenizer, encoder = load_teacher(teacher)
         except (ValueError, OSError) as not_pretrained:
             reason = str(not_pretrained).strip().splitlines()[0] if str(not_pretrained).strip() else "unknown"
             raise FileNotFoundError(f"Teacher {teacher!r} is neither an export ({not_an_export}) nor a pretrained "
@@ -58,7 +58,7 @@ class DistillationMSE(Evaluator):
     Args:
         pairs: `(source file, target file)` pairs of line-aligned held-out text.
         teacher: an `embed`-like callable (strings -> unit vectors), an export
-            directory or training model_dir, or a `load_pretrained` name or
+            directory or training model_dir, or a `load_teacher` name or
             directory (see `teacher_embed`). Its vectors of every source side
             are computed here, once; the teacher is not kept.
         batch_size: sentences per teacher batch.

@@ -11,8 +11,18 @@ segments. Same vectors as the Keras forward pass (float32: within 1e-5).
 
 It reads the weights of a built `Embedder` whose backbone is a
 `TransformerBackbone` (`SentenceEncoder`) or a keras-hub `BertBackbone`
-(MiniLM, LaBSE-style BERTs); `packed_support` says why any other encoder
-cannot be packed. Inference only: no dropout.
+(MiniLM, LaBSE-style BERTs), `RobertaBackbone` / `XLMRobertaBackbone` or
+`DistilBertBackbone` (and the `hf_checkpoint` subclasses of each), also
+under a `ProjectedEncoder` (a student's projection to its teacher's width);
+`packed_support` says why any other encoder cannot be packed. Inference
+only: no dropout.
+
+Positions count from 0 in every sentence, as the backbones' position
+embeddings do: keras-hub's RoBERTa / XLM-R converter drops Hugging Face's two
+reserved rows (RoBERTa's positions start after its padding id) and folds the
+single token-type row into the position table, and DistilBERT has no token
+types; BERT adds its segment table's first row (the `Embedder` feeds
+segment 0).
 
 Keras' `MultiHeadAttention` is read through its public properties; keras-hub's
 `TransformerEncoder` has no public accessors for its sublayers, so
@@ -37,6 +47,7 @@ import tensorflow as tf
 from tf_msemb.models.backbone import TransformerBackbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.heads import ProjectedEncoder
 
 ACTIVATIONS = {
     "gelu": lambda x: tf.nn.gelu(x, approximate=False),
@@ -44,7 +55,8 @@ ACTIVATIONS = {
     "relu": tf.nn.relu,
 }
 POOLINGS = ("mean", "max", "first")
-BACKBONES = (keras_hub.models.BertBackbone, TransformerBackbone)
+BACKBONES = (keras_hub.models.BertBackbone, keras_hub.models.RobertaBackbone, keras_hub.models.DistilBertBackbone,
+             TransformerBackbone)  # XLMRobertaBackbone is a RobertaBackbone
 # A keras-hub `TransformerEncoder`'s sublayers by role, and the private attribute that holds each.
 ENCODER_SUBLAYERS = {
     "attention": "_self_attention_layer",
@@ -91,31 +103,58 @@ def _read_layer(layer):
     }
 
 
+def _position_embedding(backbone):
+    """BERT's and `TransformerBackbone`'s `position_embedding`, else the one inside `embeddings` (RoBERTa, XLM-R,
+    DistilBERT: a `TokenAndPositionEmbedding`)."""
+    if hasattr(backbone, "position_embedding"):
+        return backbone.position_embedding
+    return backbone.embeddings.position_embedding
+
+
 def _read_backbone(backbone):
     """The weights packing reads from a BERT-layout backbone; AttributeError where one is not where expected."""
     # The `Embedder` feeds segment id 0: BERT's segment embedding adds its first row to every token.
-    constant_row = backbone.segment_embedding.embeddings[0] if "segment_ids" in backbone.input else None
+    segments = backbone.segment_embedding.embeddings if "segment_ids" in backbone.input else None
     return {
         "token_table": backbone.token_embedding.embeddings,
-        "position_table": backbone.position_embedding.position_embeddings,
-        "constant_row": constant_row,
+        "position_table": _position_embedding(backbone).position_embeddings,
+        "segment_table": segments,
+        "constant_row": None if segments is None else segments[0],
         "embeddings_norm": _norm(backbone.embeddings_layer_norm),
         "layers": [_read_layer(layer) for layer in backbone.transformer_layers],
     }
 
 
+def _layer_variables(read):
+    return [v for role in DENSE_ROLES for v in read[role]] + [v for role in NORM_ROLES for v in read[role][:2]]
+
+
 def _holds_exactly(layer, read):
     """Whether the weights read are all of `layer`'s weights (no bias missing, no extra part such as a gate)."""
-    variables = [v for role in DENSE_ROLES for v in read[role]] + [v for role in NORM_ROLES for v in read[role][:2]]
-    return {id(v) for v in variables} == {id(v) for v in layer.weights}
+    return {id(v) for v in _layer_variables(read)} == {id(v) for v in layer.weights}
+
+
+def _unread_weights(backbone, weights):
+    """Paths of the backbone's weights that packing would not read (BERT's unused pooler aside)."""
+    read = [weights["token_table"], weights["position_table"], *weights["embeddings_norm"][:2]]
+    read += [weights["segment_table"]] if weights["segment_table"] is not None else []
+    read += [v for layer in weights["layers"] for v in _layer_variables(layer)]
+    pooler = getattr(backbone, "pooled_dense", None)
+    ignored = {id(v) for v in pooler.weights} if pooler is not None else set()
+    known = {id(v) for v in read} | ignored
+    return [v.path for v in backbone.weights if id(v) not in known]
 
 
 def _read(encoder):
     """`(weights, None)` when `encoder` can run packed, else `(None, the reason it cannot)`."""
+    projection = None
+    if isinstance(encoder, ProjectedEncoder):
+        projection, encoder = _dense(encoder.projection), encoder.encoder
     if not isinstance(encoder, Embedder):
         return None, f"{type(encoder).__name__} is not an Embedder"
     if not isinstance(encoder.backbone, BACKBONES):
-        return None, f"{type(encoder.backbone).__name__} is not a BertBackbone or a TransformerBackbone"
+        names = ", ".join(kind.__name__ for kind in BACKBONES)
+        return None, f"{type(encoder.backbone).__name__} is not one of {names}"
     if encoder.pooling_spec not in POOLINGS:
         return None, f"pooling {encoder.pooling_spec!r} is not one of {', '.join(POOLINGS)}"
     try:
@@ -129,7 +168,10 @@ def _read(encoder):
             return None, f"{layer.name} uses activation {read['activation']!r}, not one of {', '.join(ACTIVATIONS)}"
         if not _holds_exactly(layer, read):
             return None, f"{layer.name} does not hold exactly the weights packing reads"
-    return weights, None
+    unread = _unread_weights(encoder.backbone, weights)
+    if unread:
+        return None, f"packing would not read {', '.join(unread)}"
+    return weights | {"projection": projection, "pooling": encoder.pooling_spec, "normalize": encoder.normalize}, None
 
 
 def packed_support(encoder):
@@ -187,9 +229,10 @@ class PackedEncoder(tf.Module):
         self.token_table, self.position_table = weights["token_table"], weights["position_table"]
         self.constant_row = weights["constant_row"]
         self.embeddings_norm = weights["embeddings_norm"]
-        self.pooling = encoder.pooling_spec
-        self.normalize = encoder.normalize
+        self.pooling = weights["pooling"]
+        self.normalize = weights["normalize"]
         self.layers = [self._layer(layer) for layer in weights["layers"]]
+        self.projection = self._dense(weights["projection"]) if weights["projection"] else None
 
     def _dense(self, *weights, input_axes=1):
         """One `_Dense` of the `(kernel, bias)` pairs `weights`, side by side."""
@@ -239,7 +282,8 @@ class PackedEncoder(tf.Module):
             hidden = layer["output"](layer["activation"](layer["intermediate"](x)))
             x = _layer_norm(x + tf.cast(hidden, tf.float32), layer["output_norm"])
         pooled = self._pool(x, rows, ids)
-        return l2_normalize(pooled) if self.normalize else pooled
+        pooled = l2_normalize(pooled) if self.normalize else pooled
+        return pooled if self.projection is None else tf.cast(self.projection(pooled), tf.float32)
 
     def _pool(self, x, rows, ids):
         if self.pooling == "first":

@@ -3,6 +3,7 @@
 import dataclasses
 import inspect
 
+import gin
 import keras
 import tensorflow as tf
 
@@ -26,6 +27,14 @@ class RunFacts:
     tokenizer: object = None
     total_steps: int = None
     global_batch_size: int = None
+
+
+def _gin_bindings(cls):
+    """`{argument: value}` that gin binds for `cls` (none when it is not configurable)."""
+    try:
+        return gin.get_bindings(cls)
+    except ValueError:
+        return {}
 
 
 def _plain(value):
@@ -53,6 +62,10 @@ class Objective(keras.Model):
         instance = super().__new__(cls, *args, **kwargs)
         signature = inspect.signature(cls.__init__)
         arguments = signature.bind(None, *args, **kwargs)
+        # gin passes its bindings to `__init__` only: read them here, so options hold what the run used.
+        for name, value in _gin_bindings(cls).items():
+            if name in signature.parameters:
+                arguments.arguments.setdefault(name, value)
         arguments.apply_defaults()
         instance._constructor_options = {
             name: _plain(value) for name, value in arguments.arguments.items()

@@ -9,7 +9,7 @@ from tf_msemb.data.features import TeacherVectors
 from tf_msemb.losses.distillation import multilingual_distillation_loss
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.heads import ProjectedEncoder
-from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.models.teacher import load_teacher
 from tf_msemb.objectives.base import Objective
 
 
@@ -23,8 +23,8 @@ class MultilingualDistillation(Objective):
 
     Args:
         encoder: the student.
-        teacher: a name or path for `load_pretrained` (live teacher), or None
-            to read precomputed vectors.
+        teacher: a name or path for `load_teacher` (live teacher: its own
+            tokenizer, pooling and width), or None to read precomputed vectors.
         teacher_dim: width of the precomputed vectors (needed without a live teacher).
         projection: `"dense"` adds a learned projection when the student's
             width differs from the teacher's; `"error"` refuses instead.
@@ -39,7 +39,7 @@ class MultilingualDistillation(Objective):
             )
         self.teacher_tokenizer, self.teacher = (None, None)
         if teacher is not None:
-            self.teacher_tokenizer, self.teacher = load_pretrained(teacher)
+            self.teacher_tokenizer, self.teacher = load_teacher(teacher)
             self.teacher.trainable = False
             if teacher_dim is not None and teacher_dim != self.teacher.output_dim:
                 raise ValueError(f"teacher_dim={teacher_dim} but teacher {teacher!r} outputs {self.teacher.output_dim}.")
