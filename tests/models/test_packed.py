@@ -15,8 +15,8 @@ from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
 from tf_msemb.models.pretrained import load_pretrained
+from pretrained_checkpoints import FIXTURES
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
 # Lengths from 2 tokens (an empty text: <s> </s>) to the tokenizer's limit of 48.
 TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten am Abend.", "The dog runs.",
          "x " * 60, "Une femme lit un livre.", "A"]

@@ -14,13 +14,8 @@ import tensorflow as tf
 
 from tf_msemb.models.heads import DenseHead
 from tf_msemb.models.pretrained import load_pretrained
-
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
-
-
-def _reference(name):
-    with open(os.path.join(FIXTURES, f"{name}_reference.json"), encoding="utf-8") as f:
-        return json.load(f)
+from pretrained_checkpoints import FIXTURES
+from pretrained_checkpoints import reference
 
 
 def _copy(tmp_path, name):
@@ -52,7 +47,7 @@ def test_a_dense_module_is_a_head_with_its_activation_and_weights():
 
 
 def test_the_default_prompt_applies_and_a_named_or_literal_prompt_replaces_it():
-    reference = _reference("xlm_roberta_tokenizer_json")
+    reference = reference("xlm_roberta_tokenizer_json")
     sentences = tf.constant(reference["sentences"])
     directory = os.path.join(FIXTURES, "xlm_roberta_tokenizer_json")
     tokenizer, encoder = load_pretrained(directory)
@@ -70,7 +65,7 @@ def test_the_default_prompt_applies_and_a_named_or_literal_prompt_replaces_it():
 def test_an_export_applies_a_chosen_prompt_inside(tmp_path):
     from tf_msemb.export.saved_model import export_saved_model
 
-    reference = _reference("xlm_roberta_tokenizer_json")
+    reference = reference("xlm_roberta_tokenizer_json")
     tokenizer, encoder = load_pretrained(os.path.join(FIXTURES, "xlm_roberta_tokenizer_json"), prompt="document")
     model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / "passages")))
     expected = np.array(reference["prompt_vectors"]["document"], np.float32)

@@ -11,13 +11,8 @@ from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import FairseqSentencePieceTokenizer
 from tf_msemb.text.hf_tokenizers import gpt2_words
 from tf_msemb.text.tokenizers import WordPieceTokenizer
-
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
-
-
-def _reference(name):
-    with open(os.path.join(FIXTURES, f"{name}_reference.json"), encoding="utf-8") as f:
-        return json.load(f)
+from pretrained_checkpoints import FIXTURES
+from pretrained_checkpoints import reference
 
 
 def _tokenizer(name, max_length):
@@ -33,8 +28,8 @@ def _tokenizer(name, max_length):
 
 @pytest.mark.parametrize("name", ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_sentencepiece",
                                   "xlm_roberta", "roberta"])
-def test_token_ids_equal_the_reference(name):
-    reference = _reference(name)
+def test_token_ids_equal_thereference(name):
+    reference = reference(name)
     tokenizer = _tokenizer(name, reference["max_seq_length"])
     ids = tokenizer.tokenize(tf.constant(reference["sentences"])).to_list()
     for sentence, ours, expected in zip(reference["sentences"], ids, reference["token_ids"]):

@@ -11,8 +11,9 @@ import tensorflow as tf
 from tf_msemb.models.pretrained import directory_tokenizer
 from tf_msemb.models.pretrained import sentence_transformers_settings
 from tf_msemb.text import tokenizer_json
+from pretrained_checkpoints import FIXTURES
+from pretrained_checkpoints import reference
 
-FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "pretrained")
 OWN_FILES = ("vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model")
 # Fixture -> the tokenizer class it gets from tokenizer.json alone.
 CASES = {
@@ -25,11 +26,6 @@ CASES = {
     "distilbert": tokenizer_json.JsonWordPieceTokenizer,
     "roberta": tokenizer_json.JsonByteLevelBPETokenizer,
 }
-
-
-def _reference(name):
-    with open(os.path.join(FIXTURES, f"{name}_reference.json"), encoding="utf-8") as f:
-        return json.load(f)
 
 
 def _json_only(tmp_path, name):
@@ -50,8 +46,8 @@ def _tokenizer(directory, prompt=""):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_token_ids_equal_the_reference(tmp_path, name):
-    reference = _reference(name)
+def test_token_ids_equal_thereference(tmp_path, name):
+    reference = reference(name)
     tokenizer = _tokenizer(_json_only(tmp_path, name), prompt=reference.get("prompt") or "")
     assert type(tokenizer) is CASES[name]
     ids = tokenizer.tokenize(tf.constant(reference["sentences"])).to_list()
