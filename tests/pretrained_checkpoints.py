@@ -11,7 +11,7 @@ NAMES = ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_s
          "roberta"]
 
 
-def reference(name):
+def load_reference(name):
     """The reference file of fixture `name`: its sentences, token ids and vectors from sentence-transformers."""
     with open(os.path.join(FIXTURES, f"{name}_reference.json"), encoding="utf-8") as f:
         return json.load(f)

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tf_msemb.models.pretrained import load_pretrained
 from pretrained_checkpoints import FIXTURES
-from pretrained_checkpoints import reference
+from pretrained_checkpoints import load_reference
 
 NAMES = ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_sentencepiece", "xlm_roberta",
          "roberta", "bert_tokenizer_json", "roberta_tokenizer_json", "xlm_roberta_tokenizer_json"]
@@ -26,9 +26,9 @@ def loaded(request):
     return request.param, load_pretrained(os.path.join(FIXTURES, request.param))
 
 
-def test_ids_settings_and_vectors_equal_thereference(loaded):
+def test_ids_settings_and_vectors_equal_the_reference(loaded):
     name, (tokenizer, encoder) = loaded
-    reference = reference(name)
+    reference = load_reference(name)
     sentences = tf.constant(reference["sentences"])
     assert tokenizer.tokenize(sentences).to_list() == reference["token_ids"]
     assert tokenizer.max_length == reference["max_seq_length"]
@@ -43,7 +43,7 @@ def test_an_export_reloads_with_the_same_vectors(loaded, tmp_path):
     from tf_msemb.export.saved_model import export_saved_model
 
     name, (tokenizer, encoder) = loaded
-    reference = reference(name)
+    reference = load_reference(name)
     model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / name)))
     # Raw strings in: a default prompt is applied inside.
     np.testing.assert_allclose(model(tf.constant(reference["sentences"])).numpy(), _unit(reference["vectors"]),
@@ -60,7 +60,7 @@ def test_a_clone_from_config_computes_the_same(loaded):
     """The backbone keeps the checkpoint's activation and layer-norm epsilon in its config (momentum encoders clone)."""
     name, (tokenizer, encoder) = loaded
     clone = type(encoder).from_config(encoder.get_config())
-    ids = tokenizer(tf.constant(reference(name)["sentences"]))
+    ids = tokenizer(tf.constant(load_reference(name)["sentences"]))
     clone(ids)
     clone.set_weights(encoder.get_weights())
     np.testing.assert_allclose(clone(ids).numpy(), encoder(ids).numpy(), rtol=0, atol=1e-6)

@@ -15,7 +15,7 @@ import tensorflow as tf
 from tf_msemb.models.heads import DenseHead
 from tf_msemb.models.pretrained import load_pretrained
 from pretrained_checkpoints import FIXTURES
-from pretrained_checkpoints import reference
+from pretrained_checkpoints import load_reference
 
 
 def _copy(tmp_path, name):
@@ -47,7 +47,7 @@ def test_a_dense_module_is_a_head_with_its_activation_and_weights():
 
 
 def test_the_default_prompt_applies_and_a_named_or_literal_prompt_replaces_it():
-    reference = reference("xlm_roberta_tokenizer_json")
+    reference = load_reference("xlm_roberta_tokenizer_json")
     sentences = tf.constant(reference["sentences"])
     directory = os.path.join(FIXTURES, "xlm_roberta_tokenizer_json")
     tokenizer, encoder = load_pretrained(directory)
@@ -65,7 +65,7 @@ def test_the_default_prompt_applies_and_a_named_or_literal_prompt_replaces_it():
 def test_an_export_applies_a_chosen_prompt_inside(tmp_path):
     from tf_msemb.export.saved_model import export_saved_model
 
-    reference = reference("xlm_roberta_tokenizer_json")
+    reference = load_reference("xlm_roberta_tokenizer_json")
     tokenizer, encoder = load_pretrained(os.path.join(FIXTURES, "xlm_roberta_tokenizer_json"), prompt="document")
     model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / "passages")))
     expected = np.array(reference["prompt_vectors"]["document"], np.float32)

@@ -12,7 +12,7 @@ from tf_msemb.text.hf_tokenizers import FairseqSentencePieceTokenizer
 from tf_msemb.text.hf_tokenizers import gpt2_words
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 from pretrained_checkpoints import FIXTURES
-from pretrained_checkpoints import reference
+from pretrained_checkpoints import load_reference
 
 
 def _tokenizer(name, max_length):
@@ -28,8 +28,8 @@ def _tokenizer(name, max_length):
 
 @pytest.mark.parametrize("name", ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_sentencepiece",
                                   "xlm_roberta", "roberta"])
-def test_token_ids_equal_thereference(name):
-    reference = reference(name)
+def test_token_ids_equal_the_reference(name):
+    reference = load_reference(name)
     tokenizer = _tokenizer(name, reference["max_seq_length"])
     ids = tokenizer.tokenize(tf.constant(reference["sentences"])).to_list()
     for sentence, ours, expected in zip(reference["sentences"], ids, reference["token_ids"]):

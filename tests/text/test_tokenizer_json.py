@@ -12,7 +12,7 @@ from tf_msemb.models.pretrained import directory_tokenizer
 from tf_msemb.models.pretrained import sentence_transformers_settings
 from tf_msemb.text import tokenizer_json
 from pretrained_checkpoints import FIXTURES
-from pretrained_checkpoints import reference
+from pretrained_checkpoints import load_reference
 
 OWN_FILES = ("vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model")
 # Fixture -> the tokenizer class it gets from tokenizer.json alone.
@@ -46,8 +46,8 @@ def _tokenizer(directory, prompt=""):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_token_ids_equal_thereference(tmp_path, name):
-    reference = reference(name)
+def test_token_ids_equal_the_reference(tmp_path, name):
+    reference = load_reference(name)
     tokenizer = _tokenizer(_json_only(tmp_path, name), prompt=reference.get("prompt") or "")
     assert type(tokenizer) is CASES[name]
     ids = tokenizer.tokenize(tf.constant(reference["sentences"])).to_list()
