@@ -1,28 +1,40 @@
-"""Encoding throughput of an exported model, beside sentence-transformers' `encode`: sentences/s and peak RSS.
+"""Encoding speed of exported models beside sentence-transformers' backends: throughput, latency, memory.
 
-    python tools/bench_encode.py --model=runs/minilm_export \
-        --input=../shared/data/multi30k/val.en.gz --batch_size=64 [--peer_python=/path/to/python]
+    python tools/bench_encode.py --model=runs/minilm_export [--model=runs/minilm_bf16] \
+        --input=../shared/data/multi30k/val.en.gz --batch_size=64 \
+        [--peer_python=/path/to/python --peer_backend=torch --peer_backend=openvino-qint8] \
+        [--measure=throughput,latency,traffic]
 
 Sentences (the first `--limit` lines of each `--input`, cut to `--max_words`
-words; the quickstart English corpus by default) are encoded as
-`tf_msemb.evaluate` encodes them: raw strings into the SavedModel, batches of
-`--batch_size` in order of length. One warm-up pass traces the serving
-function; the next `--passes` are timed. Runs in its own process, so the
-peak RSS is the encoder's own.
+words; the quickstart English corpus by default) go to every contender, each
+measured in a process of its own (so a peak RSS is that contender's own):
 
-When `--peer_python` (default: this interpreter) has the optional `bench`
-extra (torch, sentence-transformers), the same sentences are also encoded by
-`SentenceTransformer(--peer_model).encode` (same batch size, normalized) in a
-third process, and the table adds their row, the ratio and the cosine
-between the two models' vectors (all-MiniLM-L6-v2 export vs the same model).
-Without the extra it prints our row only. `--peer_precision=bfloat16` runs
-their side under torch's bfloat16 autocast (like for like with a
-`mixed_bfloat16` export; the default is their default, float32).
+- `throughput`: the sentences encoded as `tf_msemb.evaluate` encodes them
+  (batches of `--batch_size` in order of length; one untimed warm-up pass,
+  then `--passes` timed), sentences/s and peak RSS;
+- `latency`: `--latency_requests` single requests of 1 and of 8 sentences
+  drawn at random, p50 and p99 milliseconds;
+- `traffic`: `--traffic_requests` requests of 1-64 random sentences in a fresh
+  process; peak RSS after the first 10 and after all (a server's growth
+  when every request has another shape).
+
+Each `--model` is one of our exports (raw strings in). Each `--peer_backend`
+runs `SentenceTransformer.encode` (normalized, same batches) in
+`--peer_python` with that backend (`tools/peer_sentence_transformers.py`):
+`torch`, `torch-bf16` (CPU autocast), `onnx`, `onnx-qint8` (dynamic int8 for
+this CPU's instruction set), `openvino`, `openvino-qint8` (static int8
+calibrated offline on the first `--calibration_sentences` benchmark
+sentences). The ONNX and OpenVINO backends need sentence-transformers 5.x
+with `optimum[onnxruntime]` and `optimum-intel[openvino]` (README). Without
+a peer interpreter the table has our rows only.
+
+Every row's vectors are compared with the reference row (the peer's `torch`
+float32 row when it runs, else the first model): minimum and mean cosine.
 """
 
+import hashlib
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -32,27 +44,37 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 import numpy as np
 from absl import flags
 
+import traffic
 from child_process import run_json
+from peer import BACKENDS
 from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available
 from peer import ratio
 from peer import run_peer
 
-flags.DEFINE_string("model", None, "Export directory or training model_dir.")
+MEASURES = ("throughput", "latency", "traffic")
+
+flags.DEFINE_multi_string("model", None, "Export directory or training model_dir (repeat for several).")
 flags.DEFINE_multi_string("input", [], "Text files of sentences, one a line (default: the quickstart English corpus).")
 flags.DEFINE_integer("limit", 5000, "Sentences taken from each input at most.")
 flags.DEFINE_integer("max_words", 0, "Cut every sentence to this many words (0: keep whole).")
-flags.DEFINE_integer("batch_size", 64, "Sentences per batch.")
-flags.DEFINE_integer("passes", 2, "Timed passes over the sentences.")
-flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads inside one op (0: default); torch gets the same.")
+flags.DEFINE_integer("batch_size", 64, "Sentences per batch (throughput).")
+flags.DEFINE_integer("passes", 2, "Timed passes over the sentences (throughput).")
+flags.DEFINE_list("measure", ["throughput", "latency"], f"Which of {', '.join(MEASURES)} to run.")
+flags.DEFINE_integer("latency_requests", 200, "Timed requests of each size (latency).")
+flags.DEFINE_integer("traffic_requests", 1000, "Requests of 1-64 sentences (traffic).")
+flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads inside one op (0: default).")
 flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow ops run concurrently (0: default).")
-flags.DEFINE_string("peer_python", sys.executable, "Interpreter with the `bench` extra for the peer side.")
+flags.DEFINE_string("peer_python", sys.executable, "Interpreter with sentence-transformers for the peer rows.")
 flags.DEFINE_string("peer_model", None, "sentence-transformers model directory (default: packaged all-MiniLM-L6-v2).")
-flags.DEFINE_bool("peer", True, "Run the sentence-transformers side when it is installed.")
-flags.DEFINE_enum("peer_precision", "float32", ["float32", "bfloat16"], "Their compute precision (torch autocast).")
+flags.DEFINE_multi_enum("peer_backend", ["torch"], BACKENDS, "Peer backends, one row each (repeat).")
+flags.DEFINE_bool("peer", True, "Run the peer rows when sentence-transformers is installed.")
+flags.DEFINE_string("peer_work", None, "Where the peer backends' prepared models are kept between runs "
+                    "(default: a temporary directory; openvino-qint8's calibration takes minutes).")
+flags.DEFINE_integer("calibration_sentences", 300, "openvino-qint8: benchmark sentences its calibration reads.")
 flags.DEFINE_string("vectors", None, "Internal: where the child saves its vectors.")
-flags.DEFINE_bool("child", False, "Internal: measure in this process and print JSON.")
+flags.DEFINE_enum("child", None, MEASURES, "Internal: run this measurement of --model in this process, print JSON.")
 flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
 
@@ -67,29 +89,34 @@ def benchmark_sentences(inputs, limit, max_words):
     return [" ".join(s.split()[:max_words]) if max_words else s for s in sentences]
 
 
-def run_child():
+def run_child(mode):
+    import tensorflow as tf
     from tf_msemb.evaluation.encoding import encode
     from tf_msemb.evaluation.encoding import load_model
     from tf_msemb.runtime import set_threads
 
     set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
-
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
-    model = load_model(FLAGS.model)
-    encode(model, sentences, FLAGS.batch_size, verbose=False)
-    start = time.perf_counter()
-    for _ in range(FLAGS.passes):
-        embeddings = encode(model, sentences, FLAGS.batch_size, verbose=False)
-    seconds = time.perf_counter() - start
-    if FLAGS.vectors:
+    model = load_model(FLAGS.model[0])
+    if mode == "throughput":
+        encode(model, sentences, FLAGS.batch_size, verbose=False)
+        start = time.perf_counter()
+        for _ in range(FLAGS.passes):
+            embeddings = encode(model, sentences, FLAGS.batch_size, verbose=False)
+        seconds = time.perf_counter() - start
         np.save(FLAGS.vectors, embeddings)
-    print(json.dumps({
-        "sentences": len(sentences),
-        "mean_words": sum(len(s.split()) for s in sentences) / len(sentences),
-        "dim": int(embeddings.shape[1]),
-        "sentences_per_second": FLAGS.passes * len(sentences) / seconds,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }))
+        result = {"sentences": len(sentences), "dim": int(embeddings.shape[1]),
+                  "sentences_per_second": FLAGS.passes * len(sentences) / seconds}
+    else:
+        def embed(request):
+            return model(tf.constant(request, dtype=tf.string)).numpy()
+
+        if mode == "latency":
+            result = traffic.latency(embed, sentences, 1, FLAGS.latency_requests)
+            result.update(traffic.latency(embed, sentences, 8, FLAGS.latency_requests))
+        else:
+            result = traffic.varied_traffic(embed, sentences, FLAGS.traffic_requests)
+    print(json.dumps(result | {"peak_rss_mib": traffic.peak_rss_mib()}))
 
 
 def _cosines(ours, theirs):
@@ -98,45 +125,116 @@ def _cosines(ours, theirs):
     return float(cosine.min()), float(cosine.mean())
 
 
-def _benchmark(work):
-    """Runs both sides with their files under `work` and prints the table."""
-    ours_vectors, theirs_vectors = os.path.join(work, "ours.npy"), os.path.join(work, "theirs.npy")
-    command = [sys.executable, __file__, "--child", f"--model={FLAGS.model}", f"--limit={FLAGS.limit}",
-               f"--max_words={FLAGS.max_words}", f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}",
-               f"--vectors={ours_vectors}", f"--intra_op_threads={FLAGS.intra_op_threads}",
-               f"--inter_op_threads={FLAGS.inter_op_threads}"]
-    command += [f"--input={path}" for path in FLAGS.input]
-    r = run_json(command, "encoding benchmark")
-    rows = [("tf_msemb", r)]
-    if FLAGS.peer and peer_available(FLAGS.peer_python):
-        sentences_file = os.path.join(work, "sentences.txt")
-        with open(sentences_file, "w", encoding="utf-8") as f:
-            f.writelines(s + "\n" for s in benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words))
-        theirs = run_peer(FLAGS.peer_python, "encode", f"--model={FLAGS.peer_model or packaged_minilm()}",
-                          f"--sentences={sentences_file}", f"--batch_size={FLAGS.batch_size}",
-                          f"--passes={FLAGS.passes}", f"--vectors={theirs_vectors}",
-                          f"--precision={FLAGS.peer_precision}")
-        name = "sentence-transformers" + ("-bf16" if FLAGS.peer_precision == "bfloat16" else "")
-        rows.append((name, dict(theirs, mean_words=r["mean_words"])))
-    elif FLAGS.peer:
+class Contender:
+    """One row: an export of ours or a peer backend, with a `measure(mode, vectors)` that runs in a child."""
+
+    def __init__(self, name, measure):
+        self.name, self.measure, self.results, self.vectors = name, measure, {}, None
+
+
+def _ours():
+    common = [f"--limit={FLAGS.limit}", f"--max_words={FLAGS.max_words}", f"--batch_size={FLAGS.batch_size}",
+              f"--passes={FLAGS.passes}", f"--latency_requests={FLAGS.latency_requests}",
+              f"--traffic_requests={FLAGS.traffic_requests}", f"--intra_op_threads={FLAGS.intra_op_threads}",
+              f"--inter_op_threads={FLAGS.inter_op_threads}", *(f"--input={path}" for path in FLAGS.input)]
+    contenders = []
+    for model in FLAGS.model:
+        name = "tf_msemb" if len(FLAGS.model) == 1 else f"tf_msemb:{os.path.basename(os.path.normpath(model))}"
+
+        def measure(mode, vectors, model=model):
+            return run_json([sys.executable, __file__, f"--child={mode}", f"--model={model}", f"--vectors={vectors}",
+                             *common], f"{mode} of {model}")
+
+        contenders.append(Contender(name, measure))
+    return contenders
+
+
+def _peers(work, sentences):
+    if not FLAGS.peer:
+        return []
+    if not peer_available(FLAGS.peer_python):
         print(missing_note(FLAGS.peer_python))
-    print(f"{'encoder':<26} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} {'sentences/s':>12} "
-          f"{'peak RSS MiB':>13}")
+        return []
+    sentences_file = os.path.join(work, "sentences.txt")
+    with open(sentences_file, "w", encoding="utf-8") as f:
+        f.writelines(s + "\n" for s in sentences)
+    calibration_file = os.path.join(work, "calibration.txt")
+    with open(calibration_file, "w", encoding="utf-8") as f:
+        f.writelines(s + "\n" for s in sentences[:FLAGS.calibration_sentences])
+    source = FLAGS.peer_model or packaged_minilm()
+    # A prepared model is reused only for the same source model and calibration sentences.
+    key = hashlib.sha256("\n".join([os.path.abspath(source), *sentences[:FLAGS.calibration_sentences]]).encode())
+    contenders = []
+    for backend in dict.fromkeys(FLAGS.peer_backend):
+        output = os.path.join(FLAGS.peer_work or work, f"peer_{backend}_{key.hexdigest()[:12]}")
+        prepared = run_peer(FLAGS.peer_python, "prepare", f"--backend={backend}", f"--model={source}",
+                            f"--output={output}", f"--sentences={calibration_file}")
+
+        def measure(mode, vectors, backend=backend, prepared=prepared):
+            return run_peer(FLAGS.peer_python, mode, f"--backend={backend}", f"--model={prepared['model']}",
+                            f"--file_name={prepared['file_name']}", f"--sentences={sentences_file}",
+                            f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}", f"--vectors={vectors}",
+                            f"--latency_requests={FLAGS.latency_requests}",
+                            f"--traffic_requests={FLAGS.traffic_requests}")
+
+        contenders.append(Contender(f"st:{backend}", measure))
+    return contenders
+
+
+def _print_tables(contenders, sentences):
+    mean_words = sum(len(s.split()) for s in sentences) / len(sentences)
     max_words = FLAGS.max_words or "-"
-    for name, row in rows:
-        print(f"{name:<26} {FLAGS.batch_size:>6} {max_words:>10} {row['sentences']:>10} {row['mean_words']:>11.1f} "
-              f"{row['sentences_per_second']:>12.1f} {row['peak_rss_mib']:>13.0f}")
-    if len(rows) == 2:
-        low, mean = _cosines(ours_vectors, theirs_vectors)
-        print(f"ratio tf_msemb / sentence-transformers: "
-              f"{ratio(rows[0][1]['sentences_per_second'], rows[1][1]['sentences_per_second'])}; "
-              f"cosine of the two models' vectors: min {low:.5f}, mean {mean:.5f}")
+    if "throughput" in FLAGS.measure:
+        reference = next((c for c in contenders if c.name == "st:torch"), contenders[0])
+        print(f"{'encoder':<26} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} "
+              f"{'sentences/s':>12} {'peak RSS MiB':>13} {'min cos':>8} {'mean cos':>9}")
+        for c in contenders:
+            r = c.results["throughput"]
+            low, mean = _cosines(c.vectors, reference.vectors)
+            print(f"{c.name:<26} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {mean_words:>11.1f} "
+                  f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f} {low:>8.5f} {mean:>9.5f}")
+        print(f"(cosines to {reference.name}'s vectors)")
+        ours = [c for c in contenders if c.name.startswith("tf_msemb")]
+        theirs = [c for c in contenders if not c.name.startswith("tf_msemb")]
+        if theirs:
+            best = [max(group, key=lambda c: c.results["throughput"]["sentences_per_second"]) for group in (ours, theirs)]
+            print(f"ratio {best[0].name} / {best[1].name} (the fastest of each side): " + ratio(
+                *(c.results["throughput"]["sentences_per_second"] for c in best)))
+    if "latency" in FLAGS.measure:
+        print(f"\n{'encoder':<26} {'b1 p50 ms':>10} {'b1 p99 ms':>10} {'b8 p50 ms':>10} {'b8 p99 ms':>10} "
+              f"{'peak RSS MiB':>13}")
+        for c in contenders:
+            r = c.results["latency"]
+            print(f"{c.name:<26} {r['b1_p50_ms']:>10.2f} {r['b1_p99_ms']:>10.2f} {r['b8_p50_ms']:>10.2f} "
+                  f"{r['b8_p99_ms']:>10.2f} {r['peak_rss_mib']:>13.0f}")
+    if "traffic" in FLAGS.measure:
+        print(f"\n{'encoder':<26} {'requests':>9} {'RSS@10 MiB':>11} {'RSS@end MiB':>12} {'growth':>7} "
+              f"{'sentences/s':>12}")
+        for c in contenders:
+            r = c.results["traffic"]
+            print(f"{c.name:<26} {r['requests']:>9} {r['rss_after_first_mib']:>11.0f} {r['rss_after_all_mib']:>12.0f} "
+                  f"{r['rss_after_all_mib'] / r['rss_after_first_mib']:>6.2f}x "
+                  f"{r['traffic_sentences_per_second']:>12.1f}")
+
+
+def _benchmark(work):
+    """Measures every contender in its own processes and prints the tables."""
+    unknown = set(FLAGS.measure) - set(MEASURES)
+    if unknown:
+        raise SystemExit(f"error: --measure={','.join(sorted(unknown))} is not one of {', '.join(MEASURES)}")
+    sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
+    contenders = _ours() + _peers(work, sentences)
+    for i, contender in enumerate(contenders):
+        contender.vectors = os.path.join(work, f"vectors_{i}.npy")
+        for mode in FLAGS.measure:
+            contender.results[mode] = contender.measure(mode, contender.vectors)
+    _print_tables(contenders, sentences)
 
 
 def main(argv):
     del argv
     if FLAGS.child:
-        run_child()
+        run_child(FLAGS.child)
         return
     with tempfile.TemporaryDirectory(prefix="bench_encode_") as work:
         _benchmark(work)

@@ -5,6 +5,7 @@ import subprocess
 
 from child_process import run_json
 
+BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-qint8", "openvino", "openvino-qint8")
 PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_sentence_transformers.py")
 
 

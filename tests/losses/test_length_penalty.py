@@ -45,7 +45,8 @@ def test_penalty_cannot_change_cosine_scores():
     shrunk_x, shrunk_y = _penalty_step(x, y)
     np.testing.assert_allclose(unit(shrunk_x) @ tf.transpose(unit(shrunk_y)), unit(x) @ tf.transpose(unit(y)),
                                atol=1e-6)
-    # ... and the cosine loss's gradient is orthogonal to every raw embedding, so the two never interact.
+    # ... and the cosine loss's gradient is orthogonal to every raw embedding: nothing in it holds the norms up
+    # against the penalty (why BidirectionalDualEncoder refuses a penalty under cosine scoring).
     with tf.GradientTape() as tape:
         tape.watch([x, y])
         loss = bidirectional_ranking_loss(unit(x), unit(y), unit(x), unit(y), labels, scale=20.0, margin=0.3)

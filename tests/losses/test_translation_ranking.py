@@ -92,7 +92,8 @@ def test_forward_loss_is_the_x_to_y_half_with_the_hard_negatives():
 
 
 def test_raw_embeddings_are_scored_by_dot_product():
-    # Seed 004 Sec. 3.1: phi = x . y unnormalized; the margin comes off the positive's dot product.
+    # Seed 004 Sec. 3.1: phi = x . y (unnormalized, as footnote 3 implies); the margin comes off the positive's
+    # dot product.
     x = np.array([[2.0, 0.0], [0.0, 1.0]], np.float32)
     y = np.array([[3.0, 0.0], [1.0, 1.0]], np.float32)
     dots = x @ y.T  # [[6, 2], [0, 1]]

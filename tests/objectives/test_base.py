@@ -14,7 +14,7 @@ from tf_msemb.objectives.translation_ranking import TranslationRanking
 CASES = [
     (TranslationRanking, dict(scale=10.0, margin=0.1)),
     (BidirectionalDualEncoder, dict(scale=20.0, margin=0.3, num_hard_negatives=2, length_penalty=0.01,
-                                    scoring="cosine", bidirectional=False)),
+                                    scoring="dot", bidirectional=False)),
     (DualMomentumContrast, dict(separate_encoders=True, momentum=0.9, queue_size=32, temperature=0.05,
                                 in_batch_negatives=True, nli_weight=0.1, nli_path="nli.jsonl", nli_batch_size=8, nli_hidden=16,
                                 nli_dropout=0.2)),

@@ -35,10 +35,10 @@ def _batch(rng, batch=8, hard=2):
     return data
 
 
-@pytest.mark.parametrize("scoring", ["cosine", "dot"])
-def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs(scoring):
-    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2, length_penalty=0.5,
-                   scoring=scoring)
+@pytest.mark.parametrize("scoring,length_penalty", [("cosine", 0.0), ("dot", 0.5)])
+def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs(scoring, length_penalty):
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2,
+                   length_penalty=length_penalty, scoring=scoring)
     data = _batch(np.random.default_rng(0))
     logs = model.train_step(data)
     raw_x, raw_y = model.encoder(data["src"]), model.encoder(data["tgt"])
@@ -46,11 +46,17 @@ def test_loss_is_ams_plus_length_penalty_on_the_encoder_outputs(scoring):
     scored = (lambda v: tf.math.l2_normalize(v, axis=-1)) if scoring == "cosine" else (lambda v: v)
     x, y, n = scored(raw_x), scored(raw_y), scored(model.encoder(flat))
     expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n)
-    expected += embedding_length_penalty(tf.concat([raw_x, raw_y], 0), 0.5)
+    expected += embedding_length_penalty(tf.concat([raw_x, raw_y], 0), length_penalty)
     assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
-    assert float(logs["length_penalty"]) > 0
+    assert (float(logs["length_penalty"]) > 0) == (length_penalty > 0)
     assert [(type(f), f.count) for f in model.input_features] == [(HardNegatives, 2)]
     assert _model(50, "sgd").input_features == []
+
+
+def test_a_length_penalty_under_cosine_scoring_is_refused():
+    """Nothing resists it there: it would only shrink the norms and grow the step through the normalization."""
+    with pytest.raises(ValueError, match="length_penalty = 0.01 needs scoring = 'dot'"):
+        _model(50, "sgd", length_penalty=0.01, scoring="cosine")
 
 
 def test_unidirectional_baseline_ranks_targets_only():
@@ -66,19 +72,21 @@ def test_unidirectional_baseline_ranks_targets_only():
 
 
 # Raw dot products give larger gradients than cosines: a smaller step keeps float32 summation-order noise in 1e-5.
-@pytest.mark.parametrize("scoring,scale,learning_rate", [("cosine", 10.0, 1.0), ("dot", 1.0, 0.1)])
+@pytest.mark.parametrize("scoring,scale,learning_rate,length_penalty", [("cosine", 10.0, 1.0, 0.0),
+                                                                       ("dot", 1.0, 0.1, 0.1)])
 @pytest.mark.parametrize("hard", [0, 2])
-def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, hard, scoring, scale, learning_rate):
+def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, hard, scoring, scale, learning_rate,
+                                                            length_penalty):
     batch = _batch(np.random.default_rng(1), hard=hard)
     assert_two_replicas_match_one(
         lambda: _model(50, keras.optimizers.SGD(learning_rate), dropout=0.0, num_hard_negatives=hard,
-                       length_penalty=0.1, scoring=scoring, scale=scale),
+                       length_penalty=length_penalty, scoring=scoring, scale=scale),
         batch,
         two_device_strategy,
     )
 
 
-@pytest.mark.parametrize("scoring,scale,length_penalty", [("cosine", 10.0, 0.01), ("dot", 1.0, 11.0)])
+@pytest.mark.parametrize("scoring,scale,length_penalty", [("cosine", 10.0, 0.0), ("dot", 1.0, 11.0)])
 def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path, scoring, scale, length_penalty):
     from conftest import corpus_file
 
@@ -97,3 +105,39 @@ def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path, scorin
         model.reset_metrics()  # per-step values, not running means
         losses.append(float(step(next(data))["loss"]))
     assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
+
+
+def _colliding_batch(seed, batch=8, hard=2):
+    """Pair 0's second hard negative is pair 5's target (the same tokens, padded to another length)."""
+    data = _batch(np.random.default_rng(seed), batch, hard)
+    negatives = data["hard_negatives"]
+    negatives["token_ids"][0, 1], negatives["padding_mask"][0, 1] = 0, False
+    target, mask = data["tgt"]["token_ids"][5], data["tgt"]["padding_mask"][5]
+    length = min(mask.sum(), negatives["token_ids"].shape[-1])
+    data["tgt"]["token_ids"][5, length:], data["tgt"]["padding_mask"][5, length:] = 0, False
+    negatives["token_ids"][0, 1, :length], negatives["padding_mask"][0, 1, :length] = target[:length], True
+    return data
+
+
+def test_a_hard_negative_equal_to_a_gathered_target_is_left_out():
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2, scoring="cosine")
+    data = _colliding_batch(4)
+    logs = model.train_step(data)
+    unit = lambda v: tf.math.l2_normalize(v, axis=-1)  # noqa: E731
+    x, y = unit(model.encoder(data["src"])), unit(model.encoder(data["tgt"]))
+    n = unit(model.encoder({k: v.reshape(-1, v.shape[-1]) for k, v in data["hard_negatives"].items()})).numpy()
+    np.testing.assert_allclose(n[1], y[5], atol=1e-5)  # the collision: the same sentence
+    kept = np.arange(16) != 1
+    expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n[kept])
+    unmasked = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n)
+    assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
+    assert float(unmasked) - float(expected) > 1e-3  # pair 5 would see its own translation as a negative
+
+
+def test_a_collision_across_replicas_is_left_out_as_on_one_replica(two_device_strategy):
+    """Pair 0 (replica 0) has pair 5's target (replica 1) as a hard negative: both layouts drop it alike."""
+    assert_two_replicas_match_one(
+        lambda: _model(50, keras.optimizers.SGD(1.0), dropout=0.0, num_hard_negatives=2, scoring="cosine"),
+        _colliding_batch(5),
+        two_device_strategy,
+    )

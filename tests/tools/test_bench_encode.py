@@ -6,45 +6,85 @@ import pytest
 from conftest import REPO
 from conftest import run
 
-pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 35 s
+pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 40 s
+
+NUMBER = r"([\d.]+)"
 
 
-def _row(out):
-    row = re.search(r"^tf_msemb\s+16\s+(\S+)\s+200\s+([\d.]+)\s+([\d.]+)\s+(\d+)$", out, flags=re.M)
+def _row(out, name="tf_msemb"):
+    row = re.search(rf"^{re.escape(name)}\s+16\s+(\S+)\s+200\s+{NUMBER}\s+{NUMBER}\s+(\d+)\s+{NUMBER}\s+{NUMBER}$", out,
+                    flags=re.M)
     assert row, out
-    return row.group(1), float(row.group(2)), float(row.group(3)), int(row.group(4))
+    return row.group(1), float(row.group(2)), float(row.group(3)), int(row.group(4)), float(row.group(5))
 
 
 def test_prints_sentences_per_second_and_peak_rss_and_cuts_to_max_words(quickstart_run, tmp_path):
     work, _ = quickstart_run
     args = [f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model", "--limit=100", "--batch_size=16",
-            "--passes=1"]
+            "--passes=1", "--measure=throughput"]
     # Two default inputs (train and heldout English), 100 lines of each.
-    cap, words, rate, rss = _row(run([*args, "--max_words=4"], tmp_path))
-    assert cap == "4" and words <= 4 and rate > 0 and rss > 100
-    cap, words, _, _ = _row(run(args, tmp_path))
+    cap, words, rate, rss, cosine = _row(run([*args, "--max_words=4"], tmp_path))
+    assert cap == "4" and words <= 4 and rate > 0 and rss > 100 and cosine == pytest.approx(1.0, abs=1e-5)
+    cap, words, _, _, _ = _row(run(args, tmp_path))
     assert cap == "-" and words > 5
+
+
+def test_latency_and_varied_traffic_rows_for_each_model(quickstart_run, tmp_path):
+    """Two models, two rows in each table; traffic's growth is its two RSS figures' ratio."""
+    work, _ = quickstart_run
+    model = f"{work}/runs/quickstart/model"
+    out = run([f"{REPO}/tools/bench_encode.py", f"--model={model}", f"--model={model}/", "--limit=50",
+               "--measure=latency,traffic", "--latency_requests=5", "--traffic_requests=15", "--nopeer"], tmp_path)
+    latency = re.findall(rf"^tf_msemb:model\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+(\d+)$", out, flags=re.M)
+    assert len(latency) == 2, out
+    for b1_p50, b1_p99, b8_p50, b8_p99, _ in latency:
+        assert 0 < float(b1_p50) <= float(b1_p99) and 0 < float(b8_p50) <= float(b8_p99)
+    traffic = re.findall(rf"^tf_msemb:model\s+15\s+(\d+)\s+(\d+)\s+{NUMBER}x\s+{NUMBER}$", out, flags=re.M)
+    assert len(traffic) == 2, out
+    for first, end, growth, rate in traffic:
+        assert int(first) <= int(end) and float(growth) == pytest.approx(int(end) / int(first), abs=0.01)
+        assert float(rate) > 0
+    assert "sentences/s" not in out.split("b1 p50")[0]  # no throughput table
 
 
 def test_says_when_the_peer_side_is_missing(quickstart_run, tmp_path):
     work, _ = quickstart_run
     out = run([f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model", "--limit=20",
-               "--batch_size=16", "--passes=1", f"--peer_python={tmp_path}/no-such-python"], tmp_path)
+               "--batch_size=16", "--passes=1", "--measure=throughput", f"--peer_python={tmp_path}/no-such-python"],
+              tmp_path)
     assert "sentence-transformers side skipped" in out
-    assert re.search(r"^tf_msemb\s+16\s", out, flags=re.M) and not re.search(r"^sentence-transformers\s", out,
-                                                                              flags=re.M)
+    assert re.search(r"^tf_msemb\s+16\s", out, flags=re.M) and not re.search(r"^st:", out, flags=re.M)
 
 
 @pytest.mark.skipif(not os.environ.get("TF_MSEMB_PEER_PYTHON"),
                     reason="set TF_MSEMB_PEER_PYTHON to an interpreter with the `bench` extra")
-@pytest.mark.parametrize("precision,row,highest", [("float32", "sentence-transformers", 1.0),
-                                                   ("bfloat16", "sentence-transformers-bf16", 0.99999)])
-def test_side_by_side_with_sentence_transformers_on_the_same_model(tmp_path, precision, row, highest):
-    """Their row and the cosine of both sides' vectors; in bfloat16 autocast close but not equal (it took effect)."""
+def test_side_by_side_with_sentence_transformers_on_the_same_model(tmp_path):
+    """Their float32 row is the reference; bfloat16 autocast is close to it but not equal (it took effect)."""
     export = tmp_path / "minilm"
     run([f"{REPO}/tools/export_pretrained.py", "--model=all-MiniLM-L6-v2", f"--output={export}"], tmp_path)
     out = run([f"{REPO}/tools/bench_encode.py", f"--model={export}", "--limit=100", "--batch_size=16", "--passes=1",
-               f"--peer_python={os.environ['TF_MSEMB_PEER_PYTHON']}", f"--peer_precision={precision}"], tmp_path)
-    assert re.search(rf"^{row}\s+16\s+-\s+200\s+[\d.]+\s+[\d.]+\s+\d+$", out, flags=re.M), out
-    low = float(re.search(r"cosine of the two models' vectors: min ([\d.]+)", out).group(1))
-    assert 0.999 <= low <= highest
+               "--measure=throughput", f"--peer_python={os.environ['TF_MSEMB_PEER_PYTHON']}",
+               "--peer_backend=torch", "--peer_backend=torch-bf16"], tmp_path)
+    assert "(cosines to st:torch's vectors)" in out
+    assert _row(out, "st:torch")[4] == pytest.approx(1.0, abs=1e-6)
+    assert 0.999 <= _row(out)[4] <= 1.0
+    assert 0.99 <= _row(out, "st:torch-bf16")[4] < 0.99999
+
+
+@pytest.mark.skipif(not os.environ.get("TF_MSEMB_PEER_BACKENDS_PYTHON"),
+                    reason="set TF_MSEMB_PEER_BACKENDS_PYTHON to the sentence-transformers 5.x + optimum interpreter")
+def test_onnx_and_openvino_int8_backends_close_to_their_float32(tmp_path):
+    """Each quantized backend runs and stays near float32; the prepared models are reused by a second run."""
+    export = tmp_path / "minilm"
+    run([f"{REPO}/tools/export_pretrained.py", "--model=all-MiniLM-L6-v2", f"--output={export}"], tmp_path)
+    args = [f"{REPO}/tools/bench_encode.py", f"--model={export}", "--limit=100", "--batch_size=16", "--passes=1",
+            "--measure=throughput", f"--peer_python={os.environ['TF_MSEMB_PEER_BACKENDS_PYTHON']}",
+            f"--peer_work={tmp_path}/peers", "--calibration_sentences=50", "--peer_backend=torch",
+            "--peer_backend=onnx-qint8", "--peer_backend=openvino-qint8"]
+    out = run(args, tmp_path)
+    for backend in ("onnx-qint8", "openvino-qint8"):
+        assert 0.9 <= _row(out, f"st:{backend}")[4] < 0.9999, out
+    prepared = sorted(os.listdir(tmp_path / "peers"))
+    assert len(prepared) == 3
+    run(args, tmp_path)
+    assert sorted(os.listdir(tmp_path / "peers")) == prepared

@@ -156,7 +156,7 @@ class TargetTokens(OwnTokenizerTokens):
 
 
 class HardNegatives(InputFeature):
-    """`hard_negatives` `[b, count, length]` tokens: sentences close to `tgt` but wrong (seed 004, Sec. 3.2).
+    """`hard_negatives` `[b, count, length]` tokens: sentences close to `tgt` but wrong (seed 004, Sec. 4.2).
 
     Truncated to the tokenizer's `max_length`; records must hold exactly `count`.
     """

@@ -2,8 +2,9 @@
 
 Input: unnormalized embeddings `[b, d]`. With seed 004's dot-product scoring
 the ranking loss sees these raw vectors, and the penalty bounds the norms its
-scores grow by. With cosine scoring it cannot change any score: it only
-shrinks norms that the normalization (and the export) divides out.
+scores grow by. With cosine scoring it changes no score, and no score holds
+the norms up against it: it only shrinks them, and the gradient through the
+normalization grows as `1 / ||e||`. So it belongs to dot scoring alone.
 """
 
 from keras import ops

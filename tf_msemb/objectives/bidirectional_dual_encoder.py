@@ -15,12 +15,29 @@ from tf_msemb.objectives.translation_ranking import TranslationRanking
 SCORINGS = ("dot", "cosine")
 
 
+def sentence_keys(*batches):
+    """One int64 key per row of each `{"token_ids", "padding_mask"}` batch: equal rows (padding aside), equal keys.
+
+    Rows are padded to the longest batch's length and fingerprinted, so a
+    sentence padded differently in two batches gets the same key.
+    """
+    length = tf.reduce_max([tf.shape(tokens["token_ids"])[1] for tokens in batches])
+    keys = []
+    for tokens in batches:
+        ids = tf.where(tf.cast(tokens["padding_mask"], tf.bool), tf.cast(tokens["token_ids"], tf.int64), -1)
+        ids = tf.pad(ids, [[0, 0], [0, length - tf.shape(ids)[1]]], constant_values=-1)
+        keys.append(tf.bitcast(tf.fingerprint(ids), tf.int64))
+    return keys
+
+
 @gin.configurable(denylist=["encoder"])
 class BidirectionalDualEncoder(TranslationRanking):
     """One shared encoder; `L = L_ams(x -> y) + L_ams(y -> x) + lambda * ||e||` (seed 004 Eq. 8, Sec. 4.2).
 
     Every replica scores its pairs against the targets (and hard negatives)
-    gathered from all replicas. Use a `SentenceEncoder` with
+    gathered from all replicas. A hard negative whose tokens equal one of the
+    gathered targets is left out: mined for one pair, it can be another
+    pair's translation, and as a candidate it would be a false negative. Use a `SentenceEncoder` with
     `pooling=["max", "mean", "first", "attention"]` and `pooled_dim` for the
     paper's multi-pooling projection head.
 
@@ -32,11 +49,14 @@ class BidirectionalDualEncoder(TranslationRanking):
         num_hard_negatives: extra targets per pair read from the TFRecord
             field `hard_negatives` (5 in the paper; 0 for none).
         length_penalty: lambda of the embedding length penalty (11 in the
-            paper, footnote 3; 0 for none).
-        scoring: `"dot"`: `phi` is the dot product of the raw embeddings, as
-            the paper scores (Sec. 3.1), so the length penalty bounds it;
-            `"cosine"`: `phi` is the cosine (LaBSE-style, with `scale`), which
-            no length penalty can change.
+            paper, footnote 3; 0 for none); `"dot"` scoring only.
+        scoring: `"dot"`: `phi` is the dot product (Sec. 3.1) of the
+            embeddings as the encoder gives them (unnormalized: the paper's
+            footnote 3 penalizes their length), so the length penalty bounds
+            it; `"cosine"`: `phi` is the cosine (LaBSE-style, with `scale`).
+            A penalty is refused there: no score resists it, so it would
+            only shrink the norms, and the step through the normalization
+            grows as `1 / ||e||`.
         bidirectional: False trains `L(x -> y)` alone (Eq. 7; with
             `margin=0`, Eq. 3: Table 1's unidirectional DE baseline).
     """
@@ -45,6 +65,9 @@ class BidirectionalDualEncoder(TranslationRanking):
                  scoring="dot", bidirectional=True, **kwargs):
         if scoring not in SCORINGS:
             raise ValueError(f"Unknown BidirectionalDualEncoder scoring {scoring!r}; choose from {SCORINGS}.")
+        if scoring == "cosine" and length_penalty:
+            raise ValueError(f"BidirectionalDualEncoder.length_penalty = {length_penalty} needs scoring = 'dot': "
+                             "under cosine scoring nothing resists it and it only shrinks the norms.")
         super().__init__(encoder, scale=scale, temperature=temperature, margin=margin, **kwargs)
         self.num_hard_negatives = num_hard_negatives
         self.length_penalty = length_penalty
@@ -61,10 +84,10 @@ class BidirectionalDualEncoder(TranslationRanking):
         """What `phi` multiplies: the raw embeddings (dot) or their unit vectors (cosine)."""
         return embeddings if self.scoring == "dot" else l2_normalize(embeddings)
 
-    def _hard_negatives(self, tokens):
-        """`[b, h, l]` tokens -> `[b * h, d]` raw embeddings."""
-        flat = {key: tf.reshape(value, [-1, tf.shape(value)[-1]]) for key, value in tokens.items()}
-        return self.encoder(flat, training=True)
+    @staticmethod
+    def _flat(tokens):
+        """`[b, h, l]` tokens -> `[b * h, l]`."""
+        return {key: tf.reshape(value, [-1, tf.shape(value)[-1]]) for key, value in tokens.items()}
 
     def train_step(self, data):
         with tf.GradientTape() as tape:
@@ -73,14 +96,19 @@ class BidirectionalDualEncoder(TranslationRanking):
             x, y = self._scored(raw_x), self._scored(raw_y)
             local = [x, y]
             if self.num_hard_negatives:
-                local.append(self._scored(self._hard_negatives(data["hard_negatives"])))
+                hard = self._flat(data["hard_negatives"])
+                target_keys, hard_keys = sentence_keys(data["tgt"], hard)
+                local += [self._scored(self.encoder(hard, training=True)), target_keys, hard_keys]
             gathered, labels = gather_candidates(*local)
-            negatives = gathered[2] if self.num_hard_negatives else None
+            negatives, kept = None, None
+            if self.num_hard_negatives:
+                negatives, target_keys, hard_keys = gathered[2:]
+                kept = tf.reduce_all(hard_keys[:, None] != target_keys[None, :], axis=1)
             if self.bidirectional:
                 ranking = bidirectional_ranking_loss(x, y, gathered[0], gathered[1], labels, self.scale, self.margin,
-                                                     hard_negatives=negatives)
+                                                     negatives, kept)
             else:
-                ranking = forward_ranking_loss(x, gathered[1], labels, self.scale, self.margin, negatives)
+                ranking = forward_ranking_loss(x, gathered[1], labels, self.scale, self.margin, negatives, kept)
             penalty = embedding_length_penalty(tf.concat([raw_x, raw_y], axis=0), self.length_penalty)
             loss = ranking + penalty
             scaled_loss = self.loss_to_minimize(loss)

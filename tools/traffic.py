@@ -1,0 +1,54 @@
+"""Serving-like request streams shared by both sides of `bench_encode.py` (NumPy only: the peer imports it too).
+
+`latency` times single requests of a fixed size; `varied_traffic` sends
+requests of random sizes and reads the peak RSS after the first few and after
+all of them, the growth a server sees when every request has another shape.
+Both draw their sentences with a fixed seed, so both sides get the same
+requests in the same order.
+"""
+
+import resource
+import time
+
+import numpy as np
+
+SEED = 20261124
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def requests(sentences, count, low, high, seed=SEED):
+    """`count` lists of `low`..`high` sentences (sizes uniform, sentences drawn with replacement)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(low, high + 1, size=count)
+    return [[sentences[i] for i in rng.integers(0, len(sentences), size=size)] for size in sizes]
+
+
+def latency(embed, sentences, batch_size, count, warmup=10):
+    """p50 and p99 milliseconds of `embed(request)` over `count` requests of `batch_size` sentences."""
+    stream = requests(sentences, warmup + count, batch_size, batch_size)
+    for request in stream[:warmup]:
+        embed(request)
+    seconds = []
+    for request in stream[warmup:]:
+        start = time.perf_counter()
+        embed(request)
+        seconds.append(time.perf_counter() - start)
+    p50, p99 = np.percentile(np.array(seconds) * 1000, [50, 99])
+    return {f"b{batch_size}_p50_ms": float(p50), f"b{batch_size}_p99_ms": float(p99)}
+
+
+def varied_traffic(embed, sentences, count=1000, first=10, low=1, high=64):
+    """Peak RSS (MiB) after the first `first` of `count` requests of random sizes `low`..`high`, and after all."""
+    stream = requests(sentences, count, low, high, seed=SEED + 1)
+    for request in stream[:first]:
+        embed(request)
+    after_first = peak_rss_mib()
+    start = time.perf_counter()
+    for request in stream[first:]:
+        embed(request)
+    seconds = time.perf_counter() - start
+    return {"requests": count, "rss_after_first_mib": after_first, "rss_after_all_mib": peak_rss_mib(),
+            "traffic_sentences_per_second": sum(map(len, stream[first:])) / seconds}
