@@ -1,7 +1,7 @@
 """The sentence-transformers side of `bench_encode.py` and `bench_train.py` (run by them in a child process).
 
 Needs sentence-transformers and torch==2.13.0 in the interpreter that runs
-it, and no part of tf_msemb. `--backend` picks how `encode` runs:
+it, and no part of tf_msemb. `--backend` picks how `SentenceTransformer.encode` runs:
 `torch` (float32), `torch-bf16` (torch's CPU autocast to bfloat16, the
 counterpart of our `mixed_bfloat16` exports), and, with sentence-transformers
 5.x and `optimum[onnxruntime]` / `optimum-intel[openvino]` (transformers
@@ -12,13 +12,13 @@ on `--sentences` read as a local dataset, so nothing downloads):
 
     python tools/peer_sentence_transformers.py prepare --backend=openvino-qint8 --model=DIR --output=DIR2 \
         --sentences=CALIBRATION.txt
-    python tools/peer_sentence_transformers.py encode|latency|traffic --backend=openvino-qint8 --model=DIR2 \
+    python tools/peer_sentence_transformers.py throughput|latency|traffic --backend=openvino-qint8 --model=DIR2 \
         --file_name=FILE --sentences=FILE --batch_size=64 --passes=2 --vectors=OUT.npy
     python tools/peer_sentence_transformers.py train --model=DIR --pairs=FILE.jsonl \
         --batch_size=64 --steps=40 --warmup=10
 
 `prepare` copies the model and writes the backend's files into the copy
-(untimed), printing the model directory and file to load; `encode` times
+(untimed), printing the model directory and file to load; `throughput` times
 `SentenceTransformer.encode` (normalized) over the sentences, `latency` and
 `traffic` run `traffic.py`'s request streams. `train` times the seed-001
 recipe as sentence-transformers runs it: the student is a copy of the
@@ -104,7 +104,7 @@ def _prepare(args):
     if args.backend == "openvino-qint8":
         from sentence_transformers import export_static_quantized_openvino_model
 
-        calibration = os.path.join(os.path.dirname(args.output), "calibration_dataset")
+        calibration = args.output + "_calibration"
         os.makedirs(calibration, exist_ok=True)
         with open(os.path.join(calibration, "train.csv"), "w", encoding="utf-8", newline="") as f:
             writer = csv.writer(f)
@@ -120,7 +120,7 @@ def _precision(args):
     return torch.autocast("cpu", dtype=torch.bfloat16) if args.backend == "torch-bf16" else contextlib.nullcontext()
 
 
-def encode(args):
+def throughput(args):
     sentences = _read_sentences(args.sentences)
     model = _load(args, file_name=args.file_name)
     with _precision(args):
@@ -177,7 +177,7 @@ def train(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["prepare", "encode", "latency", "traffic", "train"])
+    parser.add_argument("mode", choices=["prepare", "throughput", "latency", "traffic", "train"])
     parser.add_argument("--backend", choices=["torch", "torch-bf16", "onnx", "onnx-qint8", "openvino",
                                               "openvino-qint8"], default="torch")
     parser.add_argument("--output", help="prepare: the model copy to write.")
@@ -186,7 +186,7 @@ def main():
     parser.add_argument("--traffic_requests", type=int, default=1000)
     parser.add_argument("--model", required=True, help="sentence-transformers model directory.")
     parser.add_argument("--sentences", help="one sentence a line (prepare: the calibration sentences).")
-    parser.add_argument("--vectors", help="encode: where to save the embeddings (.npy).")
+    parser.add_argument("--vectors", help="throughput: where to save the embeddings (.npy).")
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--pairs", help="train: jsonl of {src, tgt, teacher}.")
     parser.add_argument("--steps", type=int, default=40)
@@ -194,7 +194,7 @@ def main():
     parser.add_argument("--max_length", type=int, default=128)
     parser.add_argument("--batch_size", type=int, default=64)
     args = parser.parse_args()
-    run = {"prepare": prepare, "encode": encode, "latency": serve, "traffic": serve, "train": train}[args.mode]
+    run = {"prepare": prepare, "throughput": throughput, "latency": serve, "traffic": serve, "train": train}[args.mode]
     result = run(args)
     result.update(peak_rss_mib=traffic.peak_rss_mib(), torch_threads=torch.get_num_threads())
     print(json.dumps(result))

@@ -84,7 +84,7 @@ def test_onnx_and_openvino_int8_backends_close_to_their_float32(tmp_path):
     out = run(args, tmp_path)
     for backend in ("onnx-qint8", "openvino-qint8"):
         assert 0.9 <= _row(out, f"st:{backend}")[4] < 0.9999, out
-    prepared = sorted(os.listdir(tmp_path / "peers"))
+    prepared = {path: os.path.getmtime(path) for path in (tmp_path / "peers").glob("*/prepared.json")}
     assert len(prepared) == 3
     run(args, tmp_path)
-    assert sorted(os.listdir(tmp_path / "peers")) == prepared
+    assert {path: os.path.getmtime(path) for path in (tmp_path / "peers").glob("*/prepared.json")} == prepared
