@@ -201,20 +201,24 @@ def _print_tables(contenders, sentences):
             print(f"ratio {best[0].name} / {best[1].name} (the fastest of each side): " + ratio(
                 *(c.results["throughput"]["sentences_per_second"] for c in best)))
     if "latency" in FLAGS.measure:
-        print(f"\n{'encoder':<26} {'b1 p50 ms':>10} {'b1 p99 ms':>10} {'b8 p50 ms':>10} {'b8 p99 ms':>10} "
-              f"{'peak RSS MiB':>13}")
-        for c in contenders:
-            r = c.results["latency"]
-            print(f"{c.name:<26} {r['b1_p50_ms']:>10.2f} {r['b1_p99_ms']:>10.2f} {r['b8_p50_ms']:>10.2f} "
-                  f"{r['b8_p99_ms']:>10.2f} {r['peak_rss_mib']:>13.0f}")
+        _print_table(contenders, "latency", [(f"b{size} {q} ms", 10, lambda r, key=f"b{size}_{q}_ms": f"{r[key]:.2f}")
+                                             for size in (1, 8) for q in ("p50", "p99")]
+                     + [("peak RSS MiB", 13, lambda r: f"{r['peak_rss_mib']:.0f}")])
     if "traffic" in FLAGS.measure:
-        print(f"\n{'encoder':<26} {'requests':>9} {'RSS@10 MiB':>11} {'RSS@end MiB':>12} {'growth':>7} "
-              f"{'sentences/s':>12}")
-        for c in contenders:
-            r = c.results["traffic"]
-            print(f"{c.name:<26} {r['requests']:>9} {r['rss_after_first_mib']:>11.0f} {r['rss_after_all_mib']:>12.0f} "
-                  f"{r['rss_after_all_mib'] / r['rss_after_first_mib']:>6.2f}x "
-                  f"{r['traffic_sentences_per_second']:>12.1f}")
+        _print_table(contenders, "traffic", [
+            ("requests", 9, lambda r: str(r["requests"])),
+            ("RSS@10 MiB", 11, lambda r: f"{r['rss_after_first_mib']:.0f}"),
+            ("RSS@end MiB", 12, lambda r: f"{r['rss_after_all_mib']:.0f}"),
+            ("growth", 7, lambda r: f"{r['rss_after_all_mib'] / r['rss_after_first_mib']:.2f}x"),
+            ("sentences/s", 12, lambda r: f"{r['traffic_sentences_per_second']:.1f}"),
+        ])
+
+
+def _print_table(contenders, mode, columns):
+    """One row per contender from its `mode` results; `columns` are (title, width, result -> cell text)."""
+    print("\n" + f"{'encoder':<26}" + "".join(f" {title:>{width}}" for title, width, _ in columns))
+    for c in contenders:
+        print(f"{c.name:<26}" + "".join(f" {cell(c.results[mode]):>{width}}" for _, width, cell in columns))
 
 
 def _benchmark(work):
