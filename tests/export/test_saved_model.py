@@ -120,6 +120,15 @@ def test_training_flag_reaches_dropout(tokenizer, tmp_path):
     assert not np.allclose(model(texts, training=True), model(texts, training=False))
 
 
+def test_the_restored_call_serves_every_batch_size_and_mode_from_one_trace(exported):
+    """Without an input signature the restored `__call__` traced (and optimized) a graph per new batch size."""
+    model = tf.saved_model.load(exported[0])
+    for size in (1, 3, 7, 2):
+        model(tf.constant(SENTENCES[:1] * size))
+    model(tf.constant(SENTENCES), training=True)
+    assert model.__call__.experimental_get_tracing_count() == 1
+
+
 def test_keras3_tfsmlayer_wraps_the_export(exported, tokenizer):
     import keras
 
