@@ -197,9 +197,9 @@ def test_encoders_that_cannot_be_packed_fall_back_to_padded(exported):
 
 def test_a_layout_packing_cannot_read_falls_back_to_padded_with_a_warning(tokenizer, tmp_path, monkeypatch, caplog):
     """A keras-hub release that renamed a private sublayer attribute still exports (packing is on by default)."""
-    from tf_msemb.models import packed
+    from tf_msemb.models import packed_backbone
 
-    monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "attention", "_renamed_self_attention_layer")
+    monkeypatch.setitem(packed_backbone.ENCODER_SUBLAYERS, "attention", "_renamed_self_attention_layer")
     encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
                               intermediate_dim=32, max_sequence_length=tokenizer.max_length)
     with caplog.at_level(logging.WARNING):

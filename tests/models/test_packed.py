@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_msemb.models import packed
+from tf_msemb.models import packed_backbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
@@ -146,7 +146,7 @@ def test_unsupported_encoders_are_named(tokenizer):
 def test_a_renamed_private_attribute_is_a_reason_not_a_crash(tokenizer, monkeypatch):
     """A keras-hub release that renames a `TransformerEncoder` sublayer makes packing decline, not fail."""
     encoder = _sentence_encoder(tokenizer)
-    monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "output_norm", "_renamed_feedforward_layer_norm")
+    monkeypatch.setitem(packed_backbone.ENCODER_SUBLAYERS, "output_norm", "_renamed_feedforward_layer_norm")
     assert "_renamed_feedforward_layer_norm" in packed_support(encoder)
     with pytest.raises(ValueError, match="Cannot pack this encoder: its layers are not laid out"):
         PackedEncoder(encoder)
@@ -165,14 +165,14 @@ def test_missing_attributes_of_keras_hub_and_keras_are_reasons(tokenizer, monkey
 def test_weights_packing_would_not_read_are_a_reason(tokenizer, monkeypatch):
     """An attribute that now holds another layer leaves the real one's weights unread: no silent wrong vectors."""
     encoder = _sentence_encoder(tokenizer)
-    monkeypatch.setitem(packed.ENCODER_SUBLAYERS, "output", "_feedforward_intermediate_dense")
+    monkeypatch.setitem(packed_backbone.ENCODER_SUBLAYERS, "output", "_feedforward_intermediate_dense")
     assert packed_support(encoder) == "transformer_layer_0 does not hold exactly the weights packing reads"
 
 
 def test_embedding_weights_packing_would_not_read_are_a_reason(tokenizer, monkeypatch):
     """A backbone whose embeddings hold a table packing skips (BERT's segments, read as not there) is not packed."""
     encoder = _bert_encoder(tokenizer)
-    read_backbone = packed._read_backbone
-    monkeypatch.setattr(packed, "_read_backbone",
+    read_backbone = packed_backbone.read_backbone
+    monkeypatch.setattr(packed_backbone, "read_backbone",
                         lambda backbone: read_backbone(backbone) | {"segment_table": None, "constant_row": None})
     assert "packing would not read" in packed_support(encoder) and "segment_embedding" in packed_support(encoder)

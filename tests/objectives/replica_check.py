@@ -19,7 +19,7 @@ def assert_two_replicas_match_one(make_model, batch, strategy, steps=1):
     `make_model()` builds and compiles a fresh model (same seed, SGD lr 1, no
     dropout); `batch` is a dict of arrays with a leading batch axis. After
     `steps` steps on the same batch, losses and every weight (trained and
-    state: EMA copies, queues, pointers) agree within 1e-5 (relative 1e-5 for large updates).
+    state: EMA copies, queues, pointers) agree within 1e-5 (relative 1e-5 for large updates, 2e-6 of the largest update).
     """
     single = make_model()
     initial = [w.copy() for w in single.get_weights()]
@@ -46,6 +46,8 @@ def assert_two_replicas_match_one(make_model, batch, strategy, steps=1):
         assert float(mirrored_step["loss"]) == pytest.approx(float(single_step["loss"]), abs=1e-5)
     after = single.get_weights()
     assert any(not np.allclose(a, b) for a, b in zip(after, initial)), "the step moved no weight"
+    scale = max(np.abs(w - w0).max() for w, w0 in zip(after, initial))
     for w_single, w_mirrored, w0 in zip(after, mirrored.get_weights(), initial):
-        # Updates of SGD(lr 1) reach ~10 in size; float32 sums in another order differ by ~1e-6 of that.
-        np.testing.assert_allclose(w_mirrored - w0, w_single - w0, rtol=1e-5, atol=1e-5)
+        # Updates of SGD(lr 1) reach ~10 in size; float32 sums in another order (two replicas' grids of other
+        # lengths) differ by ~1e-6 of the largest.
+        np.testing.assert_allclose(w_mirrored - w0, w_single - w0, rtol=1e-5, atol=max(1e-5, 2e-6 * scale))

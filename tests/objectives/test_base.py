@@ -1,8 +1,12 @@
 """Every objective round-trips through `get_config` / `from_config`."""
 
+import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.objectives import base
 from tf_msemb.objectives.bidirectional_dual_encoder import BidirectionalDualEncoder
 from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
 from tf_msemb.objectives.ema_teacher_distillation import EMATeacherDistillation
@@ -73,3 +77,45 @@ def test_options_hold_the_values_gin_binds(clean_gin):
     assert MultilingualDistillation(encoder).options == {"teacher": None, "teacher_dim": 24, "projection": "error"}
     assert MultilingualDistillation(encoder, teacher_dim=24, projection="dense").options["projection"] == "dense"
     assert TranslationRanking(encoder).options["scale"] == 24
+
+
+
+def _one_step():
+    """One TranslationRanking step on a fresh seeded encoder: the gradient types the optimizer got, the weights."""
+    keras.utils.set_random_seed(3)
+    encoder = SentenceEncoder(vocabulary_size=40, max_sequence_length=8, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=16, dropout=0.0)
+    model = TranslationRanking(encoder)
+    model.compile(optimizer=keras.optimizers.Adam(0.1, epsilon=1e-12))
+    model.build()
+    model.optimizer.build(model.trainable_variables)
+    received = []
+    apply = model.optimizer.apply
+
+    def spy(gradients, variables):
+        received.extend(type(g).__name__ for g in gradients)
+        return apply(gradients, variables)
+
+    model.optimizer.apply = spy
+    ids = np.array([[1, 5, 7, 2, 0], [1, 9, 9, 9, 2], [1, 3, 2, 0, 0]], np.int32)
+    side = {"token_ids": tf.constant(ids), "padding_mask": tf.constant(ids > 0)}
+    table = encoder.backbone.token_embedding.embeddings
+    before = table.numpy()
+    model.train_step({"src": side, "tgt": side})
+    return received, np.abs(table.numpy() - before)
+
+
+def test_one_replica_steps_on_the_dense_embedding_gradient(monkeypatch):
+    """The embedding table's gradient reaches the optimizer dense, so Adam's first step moves every row a token
+    used by exactly the learning rate (m / sqrt(v) = g / |g|). Handed the `IndexedSlices`, Keras' Adam squares
+    each occurrence of a repeated id apart (v = sum of g_i^2, not (sum of g_i)^2), and those rows (ids 1, 2, 9)
+    move by other amounts."""
+    used = [1, 2, 3, 5, 7, 9]
+    received, moved = _one_step()
+    assert "IndexedSlices" not in received and len(received) > 5
+    np.testing.assert_allclose(moved[used], 0.1, rtol=1e-3)
+    np.testing.assert_allclose(np.delete(moved, used, axis=0), 0.0)
+    monkeypatch.setattr(base, "_dense", lambda gradient: gradient)
+    received, moved = _one_step()
+    assert "IndexedSlices" in received
+    assert np.abs(moved[[1, 2, 9]] - 0.1).max() > 0.02

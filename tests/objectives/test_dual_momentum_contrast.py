@@ -196,10 +196,11 @@ def test_loss_falls_on_real_pairs(tokenizer, quickstart_records):
     data = iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48))
     step = tf.function(model.train_step, reduce_retracing=True)
     losses = []
-    for _ in range(60):
+    for _ in range(80):
         model.reset_metrics()
         losses.append(float(step(next(data))["loss"]))
-    # The queue fills over the first 16 steps, which raises the loss before it falls.
+    # The queue fills over the first 16 steps, which raises the loss before it falls (to about 0.6 of its peak
+    # by step 80; 0.70 at step 60).
     assert np.mean(losses[-10:]) < 0.7 * max(losses[:20])
 
 

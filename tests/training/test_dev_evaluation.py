@@ -100,7 +100,7 @@ def test_dev_figures_equal_the_exports_and_the_best_step_is_kept(tmp_path, token
 @pytest.fixture
 def rising_learning_rate():
     """A learning rate that warms up far past what the tiny model takes: held-out accuracy rises, then falls."""
-    gin.parse_config(["make_optimizer.learning_rate = 0.2", "make_optimizer.warmup_steps = 80",
+    gin.parse_config(["make_optimizer.learning_rate = 0.4", "make_optimizer.warmup_steps = 80",
                       "make_optimizer.decay = 'constant'"])
     yield
     gin.clear_config()

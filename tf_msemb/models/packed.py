@@ -1,36 +1,11 @@
-"""Inference over packed tokens: a transformer encoder run on the real tokens only.
+"""Inference over packed tokens: a sentence encoder run on the real tokens only (the export's default).
 
-Projections, feed-forward layers and layer norms act on each token alone, and
-they are nearly all of a small encoder's work. `PackedEncoder` keeps a batch's
-tokens as one `[tokens, d]` matrix (the ragged ids' flat values), so none of
-that work is spent on padding and every matmul is a single large 2-D one;
-only attention lays the tokens out on a padded `[b, l]` grid and gathers them
-back. Query, key and value projections are fused into one matmul, layer norms
-use the fused batch-norm kernel (channels = tokens), and pooling works on
-segments. Same vectors as the Keras forward pass (float32: within 1e-5).
-
-It reads the weights of a built `Embedder` whose backbone is a
-`TransformerBackbone` (`SentenceEncoder`) or a keras-hub `BertBackbone`
-(MiniLM, LaBSE-style BERTs), `RobertaBackbone` / `XLMRobertaBackbone` or
-`DistilBertBackbone` (and the `hf_checkpoint` subclasses of each), also
-under a `ProjectedEncoder` (a student's projection to its teacher's width);
-`packed_support` says why any other encoder cannot be packed. Inference
-only: no dropout.
-
-Positions count from 0 in every sentence, as the backbones' position
-embeddings do: keras-hub's RoBERTa / XLM-R converter drops Hugging Face's two
-reserved rows (RoBERTa's positions start after its padding id) and folds the
-single token-type row into the position table, and DistilBERT has no token
-types; BERT adds its segment table's first row (the `Embedder` feeds
-segment 0).
-
-Keras' `MultiHeadAttention` is read through its public properties; keras-hub's
-`TransformerEncoder` has no public accessors for its sublayers, so
-`ENCODER_SUBLAYERS` names the private attributes read, the only ones.
-`packed_support` reads everything once and checks that each transformer
-layer holds exactly the weights read: a keras-hub or Keras release that
-renames or adds a part makes exports fall back to padded inference (with a
-warning) instead of failing.
+`PackedEncoder` runs an `Embedder`'s backbone as a `PackedBackbone` (see
+`tf_msemb.models.packed_backbone`), then pools on segments, normalizes and
+applies a `ProjectedEncoder`'s projection: the same vectors as the Keras
+forward pass (float32: within 1e-5). `packed_support` says why an encoder
+cannot be packed (the backbone's reasons, or a pooling other than mean, max
+or first). Inference only: no dropout.
 
 With a `compute_dtype` other than float32, the matmul weights are cast once,
 when the `PackedEncoder` is made, into variables of their own (the cast per
@@ -38,178 +13,36 @@ call cost 14 % of bfloat16 encoding time); embeddings, residual sums, layer
 norms and pooling stay float32.
 """
 
-import math
-
-import keras
-import keras_hub
 import tensorflow as tf
 
-from tf_msemb.models.backbone import TransformerBackbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.heads import ProjectedEncoder
+from tf_msemb.models.packed_backbone import PackedBackbone
+from tf_msemb.models.packed_backbone import read_supported
 
-ACTIVATIONS = {
-    "gelu": lambda x: tf.nn.gelu(x, approximate=False),
-    "keras_hub>gelu_approximate": lambda x: tf.nn.gelu(x, approximate=True),
-    "relu": tf.nn.relu,
-}
 POOLINGS = ("mean", "max", "first")
-BACKBONES = (keras_hub.models.BertBackbone, keras_hub.models.RobertaBackbone, keras_hub.models.DistilBertBackbone,
-             TransformerBackbone)  # XLMRobertaBackbone is a RobertaBackbone
-# A keras-hub `TransformerEncoder`'s sublayers by role, and the private attribute that holds each.
-ENCODER_SUBLAYERS = {
-    "attention": "_self_attention_layer",
-    "attention_norm": "_self_attention_layer_norm",
-    "intermediate": "_feedforward_intermediate_dense",
-    "output": "_feedforward_output_dense",
-    "output_norm": "_feedforward_layer_norm",
-}
-DENSE_ROLES = ("query", "key", "value", "attention_output", "intermediate", "output")
-NORM_ROLES = ("attention_norm", "output_norm")
-
-
-def _activation_name(function):
-    name = keras.activations.serialize(function)
-    return name.get("config") if isinstance(name, dict) else name
-
-
-def _dense(layer):
-    """A dense or einsum-dense layer's (kernel, bias)."""
-    return (layer.kernel, layer.bias)
-
-
-def _norm(layer):
-    """A `LayerNormalization`'s (gamma, beta, epsilon)."""
-    return (layer.gamma, layer.beta, layer.epsilon)
-
-
-def _read_layer(layer):
-    """One keras-hub `TransformerEncoder` as packing reads it: weights by role, head count, activation, LN placement."""
-    sublayers = {role: getattr(layer, name) for role, name in ENCODER_SUBLAYERS.items()}
-    attention = sublayers["attention"]
-    return {
-        "heads": attention.num_heads,
-        "query": _dense(attention.query_dense),
-        "key": _dense(attention.key_dense),
-        "value": _dense(attention.value_dense),
-        "attention_output": _dense(attention.output_dense),
-        "attention_norm": _norm(sublayers["attention_norm"]),
-        "intermediate": _dense(sublayers["intermediate"]),
-        "output": _dense(sublayers["output"]),
-        "output_norm": _norm(sublayers["output_norm"]),
-        "activation": _activation_name(layer.activation),
-        "normalize_first": layer.normalize_first,
-    }
-
-
-def _position_embedding(backbone):
-    """BERT's and `TransformerBackbone`'s `position_embedding`, else the one inside `embeddings` (RoBERTa, XLM-R,
-    DistilBERT: a `TokenAndPositionEmbedding`)."""
-    if hasattr(backbone, "position_embedding"):
-        return backbone.position_embedding
-    return backbone.embeddings.position_embedding
-
-
-def _read_backbone(backbone):
-    """The weights packing reads from a BERT-layout backbone; AttributeError where one is not where expected."""
-    # The `Embedder` feeds segment id 0: BERT's segment embedding adds its first row to every token.
-    segments = backbone.segment_embedding.embeddings if "segment_ids" in backbone.input else None
-    return {
-        "token_table": backbone.token_embedding.embeddings,
-        "position_table": _position_embedding(backbone).position_embeddings,
-        "segment_table": segments,
-        "constant_row": None if segments is None else segments[0],
-        "embeddings_norm": _norm(backbone.embeddings_layer_norm),
-        "layers": [_read_layer(layer) for layer in backbone.transformer_layers],
-    }
-
-
-def _layer_variables(read):
-    return [v for role in DENSE_ROLES for v in read[role]] + [v for role in NORM_ROLES for v in read[role][:2]]
-
-
-def _holds_exactly(layer, read):
-    """Whether the weights read are all of `layer`'s weights (no bias missing, no extra part such as a gate)."""
-    return {id(v) for v in _layer_variables(read)} == {id(v) for v in layer.weights}
-
-
-def _unread_weights(backbone, weights):
-    """Paths of the backbone's weights that packing would not read (BERT's unused pooler aside)."""
-    read = [weights["token_table"], weights["position_table"], *weights["embeddings_norm"][:2]]
-    read += [weights["segment_table"]] if weights["segment_table"] is not None else []
-    read += [v for layer in weights["layers"] for v in _layer_variables(layer)]
-    pooler = getattr(backbone, "pooled_dense", None)
-    ignored = {id(v) for v in pooler.weights} if pooler is not None else set()
-    known = {id(v) for v in read} | ignored
-    return [v.path for v in backbone.weights if id(v) not in known]
 
 
 def _read(encoder):
     """`(weights, None)` when `encoder` can run packed, else `(None, the reason it cannot)`."""
     projection = None
     if isinstance(encoder, ProjectedEncoder):
-        projection, encoder = _dense(encoder.projection), encoder.encoder
+        projection, encoder = (encoder.projection.kernel, encoder.projection.bias), encoder.encoder
     if not isinstance(encoder, Embedder):
         return None, f"{type(encoder).__name__} is not an Embedder"
-    if not isinstance(encoder.backbone, BACKBONES):
-        names = ", ".join(kind.__name__ for kind in BACKBONES)
-        return None, f"{type(encoder.backbone).__name__} is not one of {names}"
+    weights, reason = read_supported(encoder.backbone)
+    if reason:
+        return None, reason
     if encoder.pooling_spec not in POOLINGS:
         return None, f"pooling {encoder.pooling_spec!r} is not one of {', '.join(POOLINGS)}"
-    try:
-        weights = _read_backbone(encoder.backbone)
-    except AttributeError as error:
-        return None, f"its layers are not laid out as packing expects ({error})"
-    for layer, read in zip(encoder.backbone.transformer_layers, weights["layers"]):
-        if read["normalize_first"]:
-            return None, f"{layer.name} normalizes first (pre-LN); packing follows post-LN BERT layers"
-        if read["activation"] not in ACTIVATIONS:
-            return None, f"{layer.name} uses activation {read['activation']!r}, not one of {', '.join(ACTIVATIONS)}"
-        if not _holds_exactly(layer, read):
-            return None, f"{layer.name} does not hold exactly the weights packing reads"
-    unread = _unread_weights(encoder.backbone, weights)
-    if unread:
-        return None, f"packing would not read {', '.join(unread)}"
-    return weights | {"projection": projection, "pooling": encoder.pooling_spec, "normalize": encoder.normalize}, None
+    return {"backbone": weights, "projection": projection, "pooling": encoder.pooling_spec,
+            "normalize": encoder.normalize}, None
 
 
 def packed_support(encoder):
     """None when `encoder` can run packed, else the reason it cannot (for a log line)."""
     return _read(encoder)[1]
-
-
-def _layer_norm(x, norm):
-    """Layer norm of `[tokens, d]` as a fused batch norm over `[1, tokens, d, 1]` NCHW (one channel per token)."""
-    gamma, beta, epsilon = norm
-    tokens = tf.shape(x)[0]
-    y, *_ = tf.raw_ops.FusedBatchNormV3(
-        x=tf.reshape(x, [1, tokens, -1, 1]), scale=tf.ones([tokens]), offset=tf.zeros([tokens]),
-        mean=tf.zeros([0]), variance=tf.zeros([0]), epsilon=epsilon, data_format="NCHW", is_training=True)
-    return tf.reshape(y, tf.shape(x)) * gamma + beta
-
-
-class _Dense(tf.Module):
-    """`x @ kernel + bias`, the kernels' first `input_axes` axes flattened into rows and the kernels concatenated.
-
-    Cast once to `compute_dtype` when that is not float32.
-    """
-
-    def __init__(self, kernels, biases, compute_dtype, input_axes=1):
-        super().__init__()
-        self.kernels, self.biases, self.compute_dtype = kernels, biases, compute_dtype
-        self.input_width = math.prod(kernels[0].shape[:input_axes])
-        self.cast_kernel = None
-        if compute_dtype != tf.float32:
-            self.cast_kernel = tf.Variable(tf.cast(self._kernel(), compute_dtype), trainable=False)
-
-    def _kernel(self):
-        return tf.concat([tf.reshape(k, [self.input_width, -1]) for k in self.kernels], axis=1)
-
-    def __call__(self, x):
-        kernel = self._kernel() if self.cast_kernel is None else self.cast_kernel
-        y = tf.matmul(tf.cast(x, self.compute_dtype), kernel)
-        return tf.nn.bias_add(y, tf.cast(tf.concat([tf.reshape(b, [-1]) for b in self.biases], 0), y.dtype))
 
 
 class PackedEncoder(tf.Module):
@@ -225,69 +58,20 @@ class PackedEncoder(tf.Module):
         weights, reason = _read(encoder)
         if reason:
             raise ValueError(f"Cannot pack this encoder: {reason}.")
-        self.compute_dtype = tf.as_dtype(compute_dtype)
-        self.token_table, self.position_table = weights["token_table"], weights["position_table"]
-        self.constant_row = weights["constant_row"]
-        self.embeddings_norm = weights["embeddings_norm"]
+        self.backbone = PackedBackbone(weights["backbone"], compute_dtype, frozen_cast=True)
         self.pooling = weights["pooling"]
         self.normalize = weights["normalize"]
-        self.layers = [self._layer(layer) for layer in weights["layers"]]
-        self.projection = self._dense(weights["projection"]) if weights["projection"] else None
-
-    def _dense(self, *weights, input_axes=1):
-        """One `_Dense` of the `(kernel, bias)` pairs `weights`, side by side."""
-        return _Dense([kernel for kernel, _ in weights], [bias for _, bias in weights], self.compute_dtype, input_axes)
-
-    def _layer(self, read):
-        """One transformer layer (post-LN: Vaswani et al. 2017, Sec. 3.1), from what `_read_layer` read."""
-        return {
-            "heads": read["heads"],
-            "qkv": self._dense(read["query"], read["key"], read["value"]),
-            "attention_output": self._dense(read["attention_output"], input_axes=2),
-            "attention_norm": read["attention_norm"],
-            "intermediate": self._dense(read["intermediate"]),
-            "activation": ACTIVATIONS[read["activation"]],
-            "output": self._dense(read["output"]),
-            "output_norm": read["output_norm"],
-        }
-
-    def _attention(self, qkv, layer, row_splits, index, key_bias):
-        """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) on the padded grid; packed `[tokens, d]` out."""
-        grid = tf.RaggedTensor.from_row_splits(qkv, row_splits, validate=False).to_tensor()
-        batch, length = tf.shape(grid)[0], tf.shape(grid)[1]
-        heads, width = layer["heads"], qkv.shape[-1] // 3
-        grid = tf.transpose(tf.reshape(grid, [batch, length, 3, heads, width // heads]), [2, 0, 3, 1, 4])
-        query = grid[0] * tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
-        scores = tf.matmul(query, grid[1], transpose_b=True) + key_bias
-        context = tf.matmul(tf.nn.softmax(scores), grid[2])
-        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
-        return tf.gather_nd(context, index)
+        self.projection = self.backbone.dense(weights["projection"]) if weights["projection"] else None
 
     def __call__(self, ids):
-        tokens = ids.flat_values
-        rows = ids.value_rowids()
-        positions = tf.range(tf.size(tokens, out_type=tf.int64)) - tf.gather(ids.row_starts(), rows)
-        x = tf.gather(self.token_table, tokens) + tf.gather(self.position_table, positions)
-        if self.constant_row is not None:
-            x += self.constant_row
-        x = _layer_norm(x, self.embeddings_norm)
-        index = tf.stack([rows, positions], axis=1)
-        very_negative = -3e4 if self.compute_dtype == tf.float16 else -1e9
-        key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
-        key_bias = tf.cast(key_bias, self.compute_dtype)[:, None, None, :]
-        for layer in self.layers:
-            qkv = layer["qkv"](x)
-            attended = layer["attention_output"](self._attention(qkv, layer, ids.row_splits, index, key_bias))
-            x = _layer_norm(x + tf.cast(attended, tf.float32), layer["attention_norm"])
-            hidden = layer["output"](layer["activation"](layer["intermediate"](x)))
-            x = _layer_norm(x + tf.cast(hidden, tf.float32), layer["output_norm"])
-        pooled = self._pool(x, rows, ids)
+        x = self.backbone(ids)
+        pooled = self._pool(x, ids)
         pooled = l2_normalize(pooled) if self.normalize else pooled
         return pooled if self.projection is None else tf.cast(self.projection(pooled), tf.float32)
 
-    def _pool(self, x, rows, ids):
+    def _pool(self, x, ids):
         if self.pooling == "first":
             return tf.gather(x, ids.row_starts())
         if self.pooling == "max":
-            return tf.math.unsorted_segment_max(x, rows, ids.nrows())
-        return tf.math.unsorted_segment_mean(x, rows, ids.nrows())
+            return tf.math.unsorted_segment_max(x, ids.value_rowids(), ids.nrows())
+        return tf.math.unsorted_segment_mean(x, ids.value_rowids(), ids.nrows())

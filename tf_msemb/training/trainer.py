@@ -22,6 +22,7 @@ from tf_msemb.export.saved_model import copy_version
 from tf_msemb.export.saved_model import export_version
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.encoder import set_packed_training
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import RunFacts
 from tf_msemb.training.checkpointing import RunCheckpoints
@@ -256,8 +257,8 @@ def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, ste
 def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEncoder, pretrained=None,
           global_batch_size=64, per_replica_batch_size=None, num_steps=1000, strategy="default", log_every=50,
           checkpoint_every=1000, keep_checkpoints=3, export_every=None, seed=0, max_train_minutes=None,
-          dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False, evaluators=(),
-          eval_every=None, best_metric=None, best_mode="max", patience=None):
+          dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False,
+          packed_training=True, evaluators=(), eval_every=None, best_metric=None, best_mode="max", patience=None):
     """Trains `objective(encoder=..., run=...)` and exports what it names (`Objective.exports`).
 
     `model_dir` gets checkpoints (an existing one is resumed exactly: weights,
@@ -273,7 +274,11 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (`@make_distributed_labeled_dataset` for STS/NLI pairs); `init_from` is a
     run whose encoder weights start this one (seed 000 stage 2, ignored when
     resuming); `precision` is float32, mixed_bfloat16 or mixed_float16;
-    `jit_compile` compiles each replica's step with XLA. `evaluators`
+    `jit_compile` compiles each replica's step with XLA. `packed_training`
+    runs the encoders' training forward on the real tokens only
+    (`Embedder.packed_training`: the padded forward's losses and gradients
+    within 1e-5, less work per padded batch); XLA steps and TPUs train
+    padded (static shapes). `evaluators`
     (`evaluation.evaluator.Evaluator`s) run every `eval_every` steps and at
     the end; `best_metric` (with `best_mode` max or min) keeps `export/best`
     and `best/ckpt`, and `patience` stops after that many evaluations without
@@ -293,6 +298,7 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     with strategy.scope(), precision_policy(precision):
         model, tokenizer = build_objective(objective, RunFacts(tokenizer, num_steps, global_batch_size), encoder,
                                            pretrained, init_from, model_dir, precision)
+    set_packed_training(model, packed_training)
     inputs = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, features=model.input_features)
     # Dropout's random-seed states are Keras variables that the layers do not
     # expose to TensorFlow checkpoints; listing them makes resumed runs exact.

@@ -1,0 +1,303 @@
+"""A transformer backbone run on packed tokens: the real tokens only, for inference and training.
+
+Projections, feed-forward layers and layer norms act on each token alone, and
+they are nearly all of a small encoder's work. `PackedBackbone` keeps a
+batch's tokens as one `[tokens, d]` matrix (the ragged ids' flat values), so
+none of that work is spent on padding and every matmul is a single large 2-D
+one; only attention lays the tokens out on a padded `[b, l]` grid and gathers
+them back. Query, key and value projections are fused into one matmul and
+layer norms use the fused batch-norm kernel (channels = tokens). The token
+states equal the Keras forward pass's on every real token (float32: within
+1e-5); every op has a gradient, so training runs through it too
+(`Embedder.packed_training`).
+
+It reads the weights of a keras-hub `BertBackbone` (MiniLM, LaBSE-style
+BERTs), `RobertaBackbone` / `XLMRobertaBackbone`, `DistilBertBackbone` (and
+the `hf_checkpoint` subclasses of each) or our `TransformerBackbone`;
+`backbone_support` says why any other backbone cannot be packed.
+
+Positions count from 0 in every sentence, as the backbones' position
+embeddings do: keras-hub's RoBERTa / XLM-R converter drops Hugging Face's two
+reserved rows (RoBERTa's positions start after its padding id) and folds the
+single token-type row into the position table, and DistilBERT has no token
+types; BERT adds its segment table's first row (the `Embedder` feeds
+segment 0).
+
+Keras' `MultiHeadAttention` is read through its public properties; keras-hub's
+`TransformerEncoder` has no public accessors for its sublayers, so
+`ENCODER_SUBLAYERS` names the private attributes read, the only ones.
+`backbone_support` reads everything once and checks that each transformer
+layer holds exactly the weights read: a keras-hub or Keras release that
+renames or adds a part makes packing decline (callers fall back to padded
+batches) instead of failing.
+
+Training applies dropout where keras-hub's layers do (embeddings after their
+layer norm, attention probabilities, each block's output before its residual
+sum), through those `Dropout` layers' rates and seed generators: their seed
+states are the ones that checkpoints keep and that the trainer decorrelates
+across replicas. Keras' `MultiHeadAttention` keeps its probabilities'
+dropout in the private `_dropout_layer`, also read.
+"""
+
+import math
+
+import keras
+import keras_hub
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+from tf_msemb.models.backbone import TransformerBackbone
+
+ACTIVATIONS = {
+    "gelu": lambda x: tf.nn.gelu(x, approximate=False),
+    "keras_hub>gelu_approximate": lambda x: tf.nn.gelu(x, approximate=True),
+    "relu": tf.nn.relu,
+}
+BACKBONES = (keras_hub.models.BertBackbone, keras_hub.models.RobertaBackbone, keras_hub.models.DistilBertBackbone,
+             TransformerBackbone)  # XLMRobertaBackbone is a RobertaBackbone
+# A keras-hub `TransformerEncoder`'s sublayers by role, and the private attribute that holds each.
+ENCODER_SUBLAYERS = {
+    "attention": "_self_attention_layer",
+    "attention_norm": "_self_attention_layer_norm",
+    "attention_dropout": "_self_attention_dropout",
+    "intermediate": "_feedforward_intermediate_dense",
+    "output": "_feedforward_output_dense",
+    "output_dropout": "_feedforward_dropout",
+    "output_norm": "_feedforward_layer_norm",
+}
+DENSE_ROLES = ("query", "key", "value", "attention_output", "intermediate", "output")
+NORM_ROLES = ("attention_norm", "output_norm")
+
+
+def _activation_name(function):
+    name = keras.activations.serialize(function)
+    return name.get("config") if isinstance(name, dict) else name
+
+
+def _dense(layer):
+    """A dense or einsum-dense layer's (kernel, bias)."""
+    return (layer.kernel, layer.bias)
+
+
+def _norm(layer):
+    """A `LayerNormalization`'s (gamma, beta, epsilon)."""
+    return (layer.gamma, layer.beta, layer.epsilon)
+
+
+def _read_layer(layer):
+    """One keras-hub `TransformerEncoder` as packing reads it: weights by role, head count, activation, LN placement,
+    dropout rates."""
+    sublayers = {role: getattr(layer, name) for role, name in ENCODER_SUBLAYERS.items()}
+    attention = sublayers["attention"]
+    return {
+        "heads": attention.num_heads,
+        "query": _dense(attention.query_dense),
+        "key": _dense(attention.key_dense),
+        "value": _dense(attention.value_dense),
+        "attention_output": _dense(attention.output_dense),
+        "attention_norm": _norm(sublayers["attention_norm"]),
+        "intermediate": _dense(sublayers["intermediate"]),
+        "output": _dense(sublayers["output"]),
+        "output_norm": _norm(sublayers["output_norm"]),
+        "activation": _activation_name(layer.activation),
+        "normalize_first": layer.normalize_first,
+        "dropout": {"probabilities": attention._dropout_layer, "attention": sublayers["attention_dropout"],
+                    "output": sublayers["output_dropout"]},
+    }
+
+
+def _position_embedding(backbone):
+    """BERT's and `TransformerBackbone`'s `position_embedding`, else the one inside `embeddings` (RoBERTa, XLM-R,
+    DistilBERT: a `TokenAndPositionEmbedding`)."""
+    if hasattr(backbone, "position_embedding"):
+        return backbone.position_embedding
+    return backbone.embeddings.position_embedding
+
+
+def read_backbone(backbone):
+    """The weights and rates packing reads from a BERT-layout backbone; AttributeError where one is not where
+    expected."""
+    # The `Embedder` feeds segment id 0: BERT's segment embedding adds its first row to every token.
+    segments = backbone.segment_embedding.embeddings if "segment_ids" in backbone.input else None
+    return {
+        "token_table": backbone.token_embedding.embeddings,
+        "position_table": _position_embedding(backbone).position_embeddings,
+        "segment_table": segments,
+        "constant_row": None if segments is None else segments[0],
+        "embeddings_norm": _norm(backbone.embeddings_layer_norm),
+        "embeddings_dropout": backbone.embeddings_dropout,
+        "layers": [_read_layer(layer) for layer in backbone.transformer_layers],
+    }
+
+
+def _layer_variables(read):
+    return [v for role in DENSE_ROLES for v in read[role]] + [v for role in NORM_ROLES for v in read[role][:2]]
+
+
+def _holds_exactly(layer, read):
+    """Whether the weights read are all of `layer`'s weights (no bias missing, no extra part such as a gate)."""
+    return {id(v) for v in _layer_variables(read)} == {id(v) for v in layer.weights}
+
+
+def _unread_weights(backbone, weights):
+    """Paths of the backbone's weights that packing would not read (BERT's unused pooler aside)."""
+    read = [weights["token_table"], weights["position_table"], *weights["embeddings_norm"][:2]]
+    read += [weights["segment_table"]] if weights["segment_table"] is not None else []
+    read += [v for layer in weights["layers"] for v in _layer_variables(layer)]
+    pooler = getattr(backbone, "pooled_dense", None)
+    ignored = {id(v) for v in pooler.weights} if pooler is not None else set()
+    known = {id(v) for v in read} | ignored
+    return [v.path for v in backbone.weights if id(v) not in known]
+
+
+def read_supported(backbone):
+    """`(weights, None)` when `backbone` can run packed, else `(None, the reason it cannot)`."""
+    if not isinstance(backbone, BACKBONES):
+        names = ", ".join(kind.__name__ for kind in BACKBONES)
+        return None, f"{type(backbone).__name__} is not one of {names}"
+    try:
+        weights = read_backbone(backbone)
+    except AttributeError as error:
+        return None, f"its layers are not laid out as packing expects ({error})"
+    for layer, read in zip(backbone.transformer_layers, weights["layers"]):
+        if read["normalize_first"]:
+            return None, f"{layer.name} normalizes first (pre-LN); packing follows post-LN BERT layers"
+        if read["activation"] not in ACTIVATIONS:
+            return None, f"{layer.name} uses activation {read['activation']!r}, not one of {', '.join(ACTIVATIONS)}"
+        if not _holds_exactly(layer, read):
+            return None, f"{layer.name} does not hold exactly the weights packing reads"
+    unread = _unread_weights(backbone, weights)
+    if unread:
+        return None, f"packing would not read {', '.join(unread)}"
+    return weights, None
+
+
+def backbone_support(backbone):
+    """None when `backbone` can run packed, else the reason it cannot (for a log line)."""
+    return read_supported(backbone)[1]
+
+
+def in_xla_context():
+    """Whether the graph being built is compiled by XLA (`jit_compile`, TPUs): static shapes only, so no packing.
+
+    TensorFlow has no public test for this; `control_flow_util` is the one its own ops use.
+    """
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def _layer_norm(x, norm):
+    """Layer norm of `[tokens, d]` as a fused batch norm over `[1, tokens, d, 1]` NCHW (one channel per token)."""
+    gamma, beta, epsilon = norm
+    tokens = tf.shape(x)[0]
+    y, *_ = tf.raw_ops.FusedBatchNormV3(
+        x=tf.reshape(x, [1, tokens, -1, 1]), scale=tf.ones([tokens]), offset=tf.zeros([tokens]),
+        mean=tf.zeros([0]), variance=tf.zeros([0]), epsilon=epsilon, data_format="NCHW", is_training=True)
+    return tf.reshape(y, tf.shape(x)) * gamma + beta
+
+
+def _dropout(x, layer, training):
+    """`layer`'s dropout of `x` (its rate and seed state), in `x`'s dtype (no mixed-precision cast)."""
+    if not training or not layer.rate:
+        return x
+    return keras.random.dropout(x, layer.rate, noise_shape=layer.noise_shape, seed=layer.seed_generator)
+
+
+class PackedDense(tf.Module):
+    """`x @ kernel + bias`, the kernels' first `input_axes` axes flattened into rows and the kernels concatenated.
+
+    In `compute_dtype`. With `frozen_cast` (inference with a compute dtype
+    other than float32) the cast kernel is a variable made once, here;
+    otherwise the kernel is read (and cast) from the weights on every call,
+    so gradients reach them.
+    """
+
+    def __init__(self, kernels, biases, compute_dtype, input_axes=1, frozen_cast=False):
+        super().__init__()
+        self.kernels, self.biases, self.compute_dtype = kernels, biases, compute_dtype
+        self.input_width = math.prod(kernels[0].shape[:input_axes])
+        self.cast_kernel = None
+        if frozen_cast and compute_dtype != tf.float32:
+            self.cast_kernel = tf.Variable(tf.cast(self._kernel(), compute_dtype), trainable=False)
+
+    def _kernel(self):
+        kernel = tf.concat([tf.reshape(k, [self.input_width, -1]) for k in self.kernels], axis=1)
+        return tf.cast(kernel, self.compute_dtype)
+
+    def __call__(self, x):
+        kernel = self._kernel() if self.cast_kernel is None else self.cast_kernel
+        y = tf.matmul(tf.cast(x, self.compute_dtype), kernel)
+        return tf.nn.bias_add(y, tf.cast(tf.concat([tf.reshape(b, [-1]) for b in self.biases], 0), y.dtype))
+
+
+class PackedBackbone(tf.Module):
+    """Ragged token ids `[b, (l)]` -> float32 token states `[tokens, d]` (the ids' flat order).
+
+    Args:
+        weights: what `read_supported` returned for the backbone.
+        compute_dtype: dtype of matmuls and attention (`float32` or `bfloat16`);
+            embeddings, residual sums and layer norms stay float32.
+        frozen_cast: see `PackedDense` (inference only).
+    """
+
+    def __init__(self, weights, compute_dtype="float32", frozen_cast=False, name=None):
+        super().__init__(name=name)
+        self.compute_dtype = tf.as_dtype(compute_dtype)
+        self.frozen_cast = frozen_cast
+        self.token_table, self.position_table = weights["token_table"], weights["position_table"]
+        self.constant_row = weights["constant_row"]
+        self.embeddings_norm = weights["embeddings_norm"]
+        self.embeddings_dropout = weights["embeddings_dropout"]
+        self.layers = [self._layer(layer) for layer in weights["layers"]]
+
+    def dense(self, *weights, input_axes=1):
+        """One `PackedDense` of the `(kernel, bias)` pairs `weights`, side by side."""
+        return PackedDense([kernel for kernel, _ in weights], [bias for _, bias in weights], self.compute_dtype,
+                           input_axes, self.frozen_cast)
+
+    def _layer(self, read):
+        """One transformer layer (post-LN: Vaswani et al. 2017, Sec. 3.1), from what `_read_layer` read."""
+        return {
+            "heads": read["heads"],
+            "qkv": self.dense(read["query"], read["key"], read["value"]),
+            "attention_output": self.dense(read["attention_output"], input_axes=2),
+            "attention_norm": read["attention_norm"],
+            "intermediate": self.dense(read["intermediate"]),
+            "activation": ACTIVATIONS[read["activation"]],
+            "output": self.dense(read["output"]),
+            "output_norm": read["output_norm"],
+            "dropout": read["dropout"],
+        }
+
+    def _attention(self, qkv, layer, row_splits, index, key_bias, training):
+        """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) on the padded grid; packed `[tokens, d]` out."""
+        grid = tf.RaggedTensor.from_row_splits(qkv, row_splits, validate=False).to_tensor()
+        batch, length = tf.shape(grid)[0], tf.shape(grid)[1]
+        heads, width = layer["heads"], qkv.shape[-1] // 3
+        grid = tf.transpose(tf.reshape(grid, [batch, length, 3, heads, width // heads]), [2, 0, 3, 1, 4])
+        query = grid[0] * tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
+        scores = tf.matmul(query, grid[1], transpose_b=True) + key_bias
+        probabilities = _dropout(tf.nn.softmax(scores), layer["dropout"]["probabilities"], training)
+        context = tf.matmul(probabilities, grid[2])
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
+        return tf.gather_nd(context, index)
+
+    def __call__(self, ids, training=False):
+        tokens = ids.flat_values
+        rows = ids.value_rowids()
+        positions = tf.range(tf.size(tokens, out_type=rows.dtype)) - tf.gather(ids.row_starts(), rows)
+        x = tf.gather(self.token_table, tokens) + tf.gather(self.position_table, positions)
+        if self.constant_row is not None:
+            x += self.constant_row
+        x = _dropout(_layer_norm(x, self.embeddings_norm), self.embeddings_dropout, training)
+        index = tf.stack([rows, positions], axis=1)
+        very_negative = -3e4 if self.compute_dtype == tf.float16 else -1e9
+        key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
+        key_bias = tf.cast(key_bias, self.compute_dtype)[:, None, None, :]
+        for layer in self.layers:
+            attended = self._attention(layer["qkv"](x), layer, ids.row_splits, index, key_bias, training)
+            attended = _dropout(layer["attention_output"](attended), layer["dropout"]["attention"], training)
+            x = _layer_norm(x + tf.cast(attended, tf.float32), layer["attention_norm"])
+            hidden = layer["output"](layer["activation"](layer["intermediate"](x)))
+            hidden = _dropout(hidden, layer["dropout"]["output"], training)
+            x = _layer_norm(x + tf.cast(hidden, tf.float32), layer["output_norm"])
+        return x
