@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from random_weights import randomize
 from tf_msemb.models.backbone import TransformerBackbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
@@ -21,11 +22,7 @@ def _tokens(ids, lengths):
 
 def _fixed_weights(encoder):
     """`encoder` built, its weights drawn from N(0, 0.5^2) in `encoder.weights` order."""
-    ensure_built(encoder)
-    rng = np.random.default_rng(0)
-    for variable in encoder.weights:
-        variable.assign(rng.normal(0.0, 0.5, variable.shape).astype(np.float32))
-    return encoder
+    return randomize(encoder)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "first", "attention", ["max", "mean", "first", "attention"]])

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from random_weights import randomize
 from tf_msemb.models import packed_backbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
@@ -25,11 +26,7 @@ TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten 
 def _randomized(encoder):
     """`encoder` built, every weight drawn from N(0, 0.5^2): initial weights are too small for a wrong
     activation or a missing bias to show above float32 noise."""
-    ensure_built(encoder)
-    rng = np.random.default_rng(0)
-    for variable in encoder.weights:
-        variable.assign(rng.normal(0.0, 0.5, variable.shape).astype(np.float32))
-    return encoder
+    return randomize(encoder)
 
 
 def _sentence_encoder(tokenizer, **kwargs):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from random_weights import randomize
 from tf_msemb.models import packed_backbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
@@ -22,11 +23,7 @@ TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten 
 
 def _randomized(encoder):
     """Built, trainable weights drawn from N(0, 0.2^2), large enough for a wrong position or mask to show."""
-    ensure_built(encoder)
-    rng = np.random.default_rng(0)
-    for variable in encoder.trainable_weights:
-        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype(np.float32))
-    return encoder
+    return randomize(encoder, std=0.2, trainable_only=True)
 
 
 def _sentence_encoder(tokenizer, dropout=0.0, **kwargs):
