@@ -1,3 +1,5 @@
+import functools
+
 import numpy as np
 import pytest
 
@@ -76,11 +78,34 @@ def test_bad_index_options_name_the_problem():
         search.build_index(_unit_rows(100, 8, 8), "ivfpq", pq_bytes=5)
 
 
-def test_two_way_exact_knn_equals_one_numpy_search_each_way(monkeypatch):
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_top_k_by_group_maxima_equals_top_k_ties_included(monkeypatch, k):
+    """Scores of 4 values tie often; the grouped path must give tf.math.top_k's values and (earlier-first) indices."""
+    import tensorflow as tf
+
+    monkeypatch.setattr(search, "TOP_K_GROUP", 4)
+    scores = np.random.default_rng(16).integers(0, 4, (50, 32)).astype(np.float32)
+    # Row 0: the best group (28-31) comes late and also holds a tie for second place with index 5; taking
+    # candidates in the groups' rank order instead of index order would return 30 before 5.
+    scores[0] = 0.0
+    scores[0, [29, 30, 5]] = [9.0, 7.0, 7.0]
+    for columns in (32, 30):  # 30 is not a multiple of 4: top_k over the whole row
+        values, indices = search._top_k(tf.constant(scores[:, :columns]), tf.constant(k))
+        expected = tf.math.top_k(scores[:, :columns], k)
+        np.testing.assert_array_equal(values, expected.values)
+        np.testing.assert_array_equal(indices, expected.indices)
+    assert list(search._top_k(tf.constant(scores), tf.constant(2))[1].numpy()[0]) == [29, 5]
+
+
+@pytest.mark.parametrize("group, chunk_size", [(16, 10), (2, 20)])
+def test_two_way_exact_knn_equals_one_numpy_search_each_way(monkeypatch, group, chunk_size):
     monkeypatch.setattr(search, "QUERY_BLOCK", 4)
+    # Groups of 2 send the rows' top 5 in 20-row chunks of y through _top_k's 10 group maxima (a fresh trace).
+    monkeypatch.setattr(search, "TOP_K_GROUP", group)
+    monkeypatch.setattr(search, "_score_block_function", functools.cache(search._score_block_function.__wrapped__))
     x, y = _unit_rows(37, 8, 11), _unit_rows(101, 8, 12)
-    # Chunks of 10 split both pools, y's last chunk of one row (fewer than k); blocks of 4 split x's chunks.
-    (xy_sims, xy_ids), (yx_sims, yx_ids) = search.exact_knn_both(x, y, 5, chunk_size=10)
+    # The chunks split both pools, y's last chunk of one row (fewer than k); blocks of 4 split x's chunks.
+    (xy_sims, xy_ids), (yx_sims, yx_ids) = search.exact_knn_both(x, y, 5, chunk_size=chunk_size)
     for (sims, ids), (expected_sims, expected_ids) in (((xy_sims, xy_ids), _numpy_knn(x, y, 5)),
                                                        ((yx_sims, yx_ids), _numpy_knn(y, x, 5))):
         assert sims.dtype == np.float32 and ids.dtype == np.int64

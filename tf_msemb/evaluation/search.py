@@ -25,7 +25,12 @@ import tensorflow as tf
 
 INDEXES = ("exact", "flat", "ivf", "ivfpq", "hnsw")
 QUERY_BLOCK = 1024  # queries scored at once by the TensorFlow engine: a [1024, chunk] float32 block
+# Rows of y per two-way score block: a [1024, 4992] float32 block (20 MB) stays in malloc's heap (blocks of
+# 100,000, 400 MB, were mapped and faulted in afresh each time: a quarter of the run in the kernel); 4992 is a
+# multiple of TOP_K_GROUP and not a power of two, whose row stride made the transpose 25 % slower.
+POOL_BLOCK = 4992
 MATMUL_DTYPES = ("float32", "bfloat16")
+TOP_K_GROUP = 16  # scores per group whose maximum `_top_k` ranks first
 
 
 def checked_index(index):
@@ -113,6 +118,38 @@ def exact_knn(queries, pool, k, chunk_size=100_000, verbose=False, engine="tenso
     return sims, ids
 
 
+def _top_k(scores, k):
+    """`(values, indices)` of the top `k` of each row of `[m, n]` `scores`, best first, earlier index on ties.
+
+    When a row splits into at least `k` groups of `TOP_K_GROUP`,
+    `tf.math.top_k` (otherwise as slow as the matmul that made the scores)
+    runs on the groups' maxima instead: the k best scores lie in the k groups
+    with the best maxima (a group outside them is beaten by k groups' maxima,
+    so by k scores), so the top k of those groups' `k * TOP_K_GROUP` scores
+    are exact. Ties: groups are ranked by (maximum, group index) and their
+    scores kept in index order, so the earlier index wins, as in
+    `tf.math.top_k`.
+    """
+    group = TOP_K_GROUP
+    rows, size = tf.shape(scores)[0], tf.shape(scores)[1]
+    groups = size // group
+
+    def grouped():
+        maxima = tf.reduce_max(tf.reshape(scores, [rows, groups, group]), axis=2)
+        best_groups = tf.sort(tf.math.top_k(maxima, k).indices, axis=1)
+        positions = tf.reshape(best_groups[:, :, None] * group + tf.range(group), [rows, -1])
+        top = tf.math.top_k(tf.gather(scores, positions, batch_dims=1), k)
+        return top.values, tf.gather(positions, top.indices, batch_dims=1)
+
+    def plain():
+        top = tf.math.top_k(scores, k)
+        return top.values, top.indices
+
+    if scores.shape[1] is not None and scores.shape[1] % group:
+        return plain()
+    return tf.cond(tf.logical_and(size % group == 0, groups >= k), grouped, plain)
+
+
 def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, column_k, offset):
     """One `[queries, pool_chunk]` score block, top-k'd along rows and along columns.
 
@@ -122,12 +159,12 @@ def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, 
     entries win ties, as in `exact_knn`.
     """
     scores = tf.matmul(queries, pool_chunk, transpose_b=True)
-    rows = tf.math.top_k(scores, tf.minimum(row_k, tf.shape(scores)[1]))
-    columns = tf.math.top_k(tf.transpose(scores), tf.minimum(column_k, tf.shape(scores)[0]))
-    sims = tf.concat([column_sims, columns.values], axis=1)
-    ids = tf.concat([column_ids, tf.cast(columns.indices, tf.int64) + offset], axis=1)
+    row_sims, row_ids = _top_k(scores, tf.minimum(row_k, tf.shape(scores)[1]))
+    block_sims, block_ids = _top_k(tf.transpose(scores), tf.minimum(column_k, tf.shape(scores)[0]))
+    sims = tf.concat([column_sims, block_sims], axis=1)
+    ids = tf.concat([column_ids, tf.cast(block_ids, tf.int64) + offset], axis=1)
     merged = tf.math.top_k(sims, tf.minimum(column_k, tf.shape(sims)[1]))
-    return (tf.cast(rows.values, tf.float32), rows.indices, merged.values,
+    return (tf.cast(row_sims, tf.float32), row_ids, merged.values,
             tf.gather(ids, merged.indices, batch_dims=1))
 
 
@@ -164,10 +201,11 @@ def exact_knn_both(x, y, k, chunk_size=100_000, verbose=False, matmul_dtype="flo
 
     Returns `((sims, ids) of x in y, (sims, ids) of y in x)`, best first, as
     two `exact_knn` calls would (ids equal up to exact ties), at half the
-    matmul work: each `[QUERY_BLOCK rows of x, chunk of y]` score block is
-    computed once; its row top-k merges into x's running top-k, its column
-    top-k into y's. Pools are read `chunk_size` rows at a time (float16
-    memmaps are fine); the block and its transpose are in memory at once.
+    matmul work: each `[QUERY_BLOCK rows of x, POOL_BLOCK rows of y]` score
+    block is computed once; its row top-k (`_top_k`) merges into x's running
+    top-k, its column top-k into y's. x is read `chunk_size` rows at a time
+    and y a block at a time (float16 memmaps are fine); the block and its
+    transpose are in memory at once.
 
     `matmul_dtype="bfloat16"` multiplies in bfloat16 (faster only where the
     hardware has bfloat16 matmuls: AVX512-BF16 or AMX CPUs, GPUs), keeps
@@ -188,7 +226,7 @@ def exact_knn_both(x, y, k, chunk_size=100_000, verbose=False, matmul_dtype="flo
     x_sims = np.full((len(x), 0), -np.inf, np.float32)
     x_ids = np.zeros((len(x), 0), np.int64)
     y_sims, y_ids = [], []
-    y_chunks, x_chunks = _chunks(len(y), chunk_size), _chunks(len(x), chunk_size)
+    y_chunks, x_chunks = _chunks(len(y), min(chunk_size, POOL_BLOCK)), _chunks(len(x), chunk_size)
     progress = keras.utils.Progbar(len(y_chunks) * len(x), unit_name="query", verbose=1 if verbose else 0)
     for y_start, y_end in y_chunks:
         y_chunk = tf.cast(tf.constant(_float32(y[y_start:y_end])), dtype)
