@@ -274,10 +274,13 @@ class PackedBackbone(tf.Module):
         batch, length = tf.shape(grid)[0], tf.shape(grid)[1]
         heads, width = layer["heads"], qkv.shape[-1] // 3
         grid = tf.transpose(tf.reshape(grid, [batch, length, 3, heads, width // heads]), [2, 0, 3, 1, 4])
-        query = grid[0] * tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
-        scores = tf.matmul(query, grid[1], transpose_b=True) + key_bias
+        # Unstacked, not indexed: each index's gradient (StridedSliceGrad) writes a zero-filled copy of the whole
+        # grid on one thread, a fifth of a MiniLM training step; unstack's gradient is one stack.
+        query, key, value = tf.unstack(grid, num=3)
+        query *= tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
+        scores = tf.matmul(query, key, transpose_b=True) + key_bias
         probabilities = _dropout(tf.nn.softmax(scores), layer["dropout"]["probabilities"], training)
-        context = tf.matmul(probabilities, grid[2])
+        context = tf.matmul(probabilities, value)
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
         return tf.gather_nd(context, index)
 
