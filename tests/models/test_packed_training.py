@@ -74,6 +74,19 @@ def test_packed_training_has_the_padded_loss_and_gradients(tokenizer, make, opti
             assert np.abs(got - want).max() <= 1e-5 * scale, name
 
 
+@pytest.mark.parametrize("texts", [TEXTS, TEXTS[2:4], TEXTS[4:5]], ids=["7", "2", "1"])
+def test_attention_on_length_sorted_groups_gives_the_same_states(tokenizer, texts):
+    """Attention on 4 grids of length-sorted sentences is the one grid's function, also with fewer sentences than
+    groups (empty groups); the training forward runs it (`TRAINING_ATTENTION_GROUPS`)."""
+    encoder = _sentence_encoder(tokenizer)
+    batch = tokenizer(tf.constant(texts))
+    lengths = tf.reduce_sum(tf.cast(batch["padding_mask"], tf.int32), axis=1)
+    ids = tf.RaggedTensor.from_tensor(batch["token_ids"], lengths=lengths)
+    weights = packed_backbone.read_supported(encoder.backbone)[0]
+    one_grid = packed_backbone.PackedBackbone(weights)(ids)
+    np.testing.assert_allclose(packed_backbone.PackedBackbone(weights, attention_groups=4)(ids), one_grid, atol=1e-5)
+
+
 def test_a_projected_encoder_trains_packed_too(tokenizer):
     encoder = ProjectedEncoder(_sentence_encoder(tokenizer), 8)
     ensure_built(encoder)

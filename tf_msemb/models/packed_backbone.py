@@ -40,6 +40,8 @@ dropout in the private `_dropout_layer`, also read.
 """
 
 import math
+from typing import NamedTuple
+from typing import Optional
 
 import keras
 import keras_hub
@@ -229,6 +231,32 @@ class PackedDense(tf.Module):
         return tf.nn.bias_add(y, tf.cast(tf.concat([tf.reshape(b, [-1]) for b in self.biases], 0), y.dtype))
 
 
+class AttentionGroup(NamedTuple):
+    """Sentences whose attention runs on one padded grid.
+
+    `tokens`: their tokens' flat positions, sentence after sentence (None: every
+    sentence, in flat order); `row_splits` of those tokens per sentence;
+    `index`: each token's `(sentence, position)` on the grid; `key_bias`:
+    `[sentences, 1, 1, length]`, 0 on real keys, very negative on padding.
+    """
+
+    tokens: Optional[tf.Tensor]
+    row_splits: tf.Tensor
+    index: tf.Tensor
+    key_bias: tf.Tensor
+
+    @classmethod
+    def of(cls, tokens, lengths, compute_dtype):
+        """The group of sentences of `lengths` whose tokens sit at `tokens`, with a `compute_dtype` key bias."""
+        row_splits = tf.concat([tf.zeros([1], lengths.dtype), tf.cumsum(lengths)], axis=0)
+        rows = tf.repeat(tf.range(tf.size(lengths, out_type=lengths.dtype)), lengths)
+        positions = tf.range(row_splits[-1]) - tf.gather(row_splits, rows)
+        very_negative = -3e4 if compute_dtype == tf.float16 else -1e9
+        key_bias = tf.where(tf.sequence_mask(lengths), 0.0, very_negative)
+        return cls(tokens, row_splits, tf.stack([rows, positions], axis=1),
+                   tf.cast(key_bias, compute_dtype)[:, None, None, :])
+
+
 class PackedBackbone(tf.Module):
     """Ragged token ids `[b, (l)]` -> float32 token states `[tokens, d]` (the ids' flat order).
 
@@ -237,12 +265,17 @@ class PackedBackbone(tf.Module):
         compute_dtype: dtype of matmuls and attention (`float32` or `bfloat16`);
             embeddings, residual sums and layer norms stay float32.
         frozen_cast: see `PackedDense` (inference only).
+        attention_groups: attention runs on this many padded grids, of the
+            sentences sorted by length (the same sums: each sentence attends
+            to its own tokens only), so a batch of mixed lengths pads less
+            (its share of the grid's `b * l^2` scores).
     """
 
-    def __init__(self, weights, compute_dtype="float32", frozen_cast=False, name=None):
+    def __init__(self, weights, compute_dtype="float32", frozen_cast=False, attention_groups=1, name=None):
         super().__init__(name=name)
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self.frozen_cast = frozen_cast
+        self.attention_groups = attention_groups
         self.token_table, self.position_table = weights["token_table"], weights["position_table"]
         self.constant_row = weights["constant_row"]
         self.embeddings_norm = weights["embeddings_norm"]
@@ -268,9 +301,12 @@ class PackedBackbone(tf.Module):
             "dropout": read["dropout"],
         }
 
-    def _attention(self, qkv, layer, row_splits, index, key_bias, training):
-        """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) on the padded grid; packed `[tokens, d]` out."""
-        grid = tf.RaggedTensor.from_row_splits(qkv, row_splits, validate=False).to_tensor()
+    def _attention(self, qkv, layer, group, training):
+        """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) of one `AttentionGroup` of sentences on its
+        padded grid; its tokens' `[tokens, d]` out, in the group's order."""
+        if group.tokens is not None:
+            qkv = tf.gather(qkv, group.tokens)
+        grid = tf.RaggedTensor.from_row_splits(qkv, group.row_splits, validate=False).to_tensor()
         batch, length = tf.shape(grid)[0], tf.shape(grid)[1]
         heads, width = layer["heads"], qkv.shape[-1] // 3
         grid = tf.transpose(tf.reshape(grid, [batch, length, 3, heads, width // heads]), [2, 0, 3, 1, 4])
@@ -278,11 +314,27 @@ class PackedBackbone(tf.Module):
         # grid on one thread, a fifth of a MiniLM training step; unstack's gradient is one stack.
         query, key, value = tf.unstack(grid, num=3)
         query *= tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
-        scores = tf.matmul(query, key, transpose_b=True) + key_bias
+        scores = tf.matmul(query, key, transpose_b=True) + group.key_bias
         probabilities = _dropout(tf.nn.softmax(scores), layer["dropout"]["probabilities"], training)
         context = tf.matmul(probabilities, value)
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
-        return tf.gather_nd(context, index)
+        return tf.gather_nd(context, group.index)
+
+    def _attention_groups(self, ids):
+        """The `AttentionGroup`s of `ids` and the permutation from their concatenated tokens back to flat order
+        (None for one group)."""
+        lengths, starts = ids.row_lengths(), ids.row_starts()
+        if self.attention_groups == 1:
+            return [AttentionGroup.of(None, lengths, self.compute_dtype)], None
+        order = tf.argsort(lengths, stable=True)
+        batch, count = tf.size(lengths), self.attention_groups
+        groups = []
+        for g in range(count):
+            rows = order[batch * g // count : batch * (g + 1) // count]
+            group_starts, group_lengths = tf.gather(starts, rows), tf.gather(lengths, rows)
+            tokens = tf.ragged.range(group_starts, group_starts + group_lengths).flat_values
+            groups.append(AttentionGroup.of(tokens, group_lengths, self.compute_dtype))
+        return groups, tf.math.invert_permutation(tf.concat([group.tokens for group in groups], axis=0))
 
     def __call__(self, ids, training=False):
         tokens = ids.flat_values
@@ -292,12 +344,11 @@ class PackedBackbone(tf.Module):
         if self.constant_row is not None:
             x += self.constant_row
         x = _dropout(_layer_norm(x, self.embeddings_norm), self.embeddings_dropout, training)
-        index = tf.stack([rows, positions], axis=1)
-        very_negative = -3e4 if self.compute_dtype == tf.float16 else -1e9
-        key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
-        key_bias = tf.cast(key_bias, self.compute_dtype)[:, None, None, :]
+        groups, back = self._attention_groups(ids)
         for layer in self.layers:
-            attended = self._attention(layer["qkv"](x), layer, ids.row_splits, index, key_bias, training)
+            qkv = layer["qkv"](x)
+            attended = [self._attention(qkv, layer, group, training) for group in groups]
+            attended = attended[0] if back is None else tf.gather(tf.concat(attended, axis=0), back)
             attended = _dropout(layer["attention_output"](attended), layer["dropout"]["attention"], training)
             x = _layer_norm(x + tf.cast(attended, tf.float32), layer["attention_norm"])
             hidden = layer["output"](layer["activation"](layer["intermediate"](x)))
