@@ -265,10 +265,10 @@ class PackedBackbone(tf.Module):
         compute_dtype: dtype of matmuls and attention (`float32` or `bfloat16`);
             embeddings, residual sums and layer norms stay float32.
         frozen_cast: see `PackedDense` (inference only).
-        attention_groups: attention runs on this many padded grids, of the
-            sentences sorted by length (the same sums: each sentence attends
-            to its own tokens only), so a batch of mixed lengths pads less
-            (its share of the grid's `b * l^2` scores).
+        attention_groups: attention runs on this many padded grids of the
+            sentences sorted by length. The sums are the same (a sentence
+            attends to its own tokens only), but a batch of mixed lengths
+            scores less padding: a grid holds `b * l^2` scores.
     """
 
     def __init__(self, weights, compute_dtype="float32", frozen_cast=False, attention_groups=1, name=None):
