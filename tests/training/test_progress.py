@@ -49,3 +49,15 @@ def test_the_eval_line_gives_the_summary_metrics_the_best_and_the_time(capsys):
         log.write_eval(200, results, {"metric": "retrieval/mean", "value": 0.7, "step": 100}, seconds=12.34)
     assert capsys.readouterr().out == ("eval step 200 retrieval/mean 0.6123 sts/spearman 71.25 "
                                        "| best retrieval/mean 0.7 at step 100 | 12.3 s\n")
+
+
+def test_the_steady_rate_runs_from_the_first_report_to_the_last(clock, capsys):
+    """Tracing before the first report and the final export after the last one do not count (bench_train's rate
+    read 2.47 s per step for 1.83 s steps when a 25 s export counted)."""
+    with progress.RunLog(None, ProgressLine(total_steps=30, global_batch_size=4)) as log:
+        clock[0] += 60.0  # start-up and tracing
+        log.write(10, {"loss": 1.0})
+        clock[0] += 20.0
+        log.write(30, {"loss": 0.5})
+        clock[0] += 25.0  # the final export and checkpoint
+        assert log.steady_rate == pytest.approx(20 * 4 / 20.0)

@@ -37,8 +37,8 @@ class RunLog:
     Every worker prints; with `model_dir=None` (non-chief workers) no
     scalars are written. A context
     manager: the TensorBoard writer is closed on exit. `steady_rate` is the
-    pairs per second since the first report, so start-up and tracing do not
-    count.
+    pairs per second from the first report to the last, so start-up and
+    tracing do not count, nor the final export and checkpoint after it.
 
     Args:
         model_dir: the run's directory, or None.
@@ -51,7 +51,7 @@ class RunLog:
         if model_dir is not None:
             self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
         self._steady = None
-        self._last_step = None
+        self._last_step = self._last_time = None
 
     def write(self, step, logs):
         steps_per_second = self.progress.rate(step)
@@ -60,9 +60,10 @@ class RunLog:
             for name, value in logs.items():
                 tf.summary.scalar(name, value)
             tf.summary.scalar("pairs_per_second", steps_per_second * self.progress.global_batch_size)
+        now = time.perf_counter()
         if self._steady is None:
-            self._steady = (step, time.perf_counter())
-        self._last_step = step
+            self._steady = (step, now)
+        self._last_step, self._last_time = step, now
 
     def write_eval(self, step, results, selection=None, seconds=None):
         """Prints the summary dev metrics (`task/metric`), the best so far and the time the evaluation took;
@@ -80,7 +81,7 @@ class RunLog:
         if self._steady is None or self._last_step == self._steady[0]:
             return 0.0
         first_step, since = self._steady
-        return (self._last_step - first_step) * self.progress.global_batch_size / (time.perf_counter() - since)
+        return (self._last_step - first_step) * self.progress.global_batch_size / (self._last_time - since)
 
     def __enter__(self):
         return self
