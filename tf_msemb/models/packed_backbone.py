@@ -246,14 +246,13 @@ class AttentionGroup(NamedTuple):
     key_bias: tf.Tensor
 
     @classmethod
-    def of(cls, tokens, lengths, compute_dtype):
-        """The group of sentences of `lengths` whose tokens sit at `tokens`, with a `compute_dtype` key bias."""
-        row_splits = tf.concat([tf.zeros([1], lengths.dtype), tf.cumsum(lengths)], axis=0)
-        rows = tf.repeat(tf.range(tf.size(lengths, out_type=lengths.dtype)), lengths)
-        positions = tf.range(row_splits[-1]) - tf.gather(row_splits, rows)
+    def of(cls, tokens, ids, compute_dtype):
+        """The group of the sentences of ragged `ids` whose tokens sit at `tokens`, with a `compute_dtype` key bias."""
+        rows = ids.value_rowids()
+        positions = tf.range(tf.size(ids.flat_values, out_type=rows.dtype)) - tf.gather(ids.row_starts(), rows)
         very_negative = -3e4 if compute_dtype == tf.float16 else -1e9
-        key_bias = tf.where(tf.sequence_mask(lengths), 0.0, very_negative)
-        return cls(tokens, row_splits, tf.stack([rows, positions], axis=1),
+        key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
+        return cls(tokens, ids.row_splits, tf.stack([rows, positions], axis=1),
                    tf.cast(key_bias, compute_dtype)[:, None, None, :])
 
 
@@ -320,31 +319,29 @@ class PackedBackbone(tf.Module):
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
         return tf.gather_nd(context, group.index)
 
-    def _attention_groups(self, ids):
-        """The `AttentionGroup`s of `ids` and the permutation from their concatenated tokens back to flat order
-        (None for one group)."""
+    def _attention_groups(self, ids, whole):
+        """The `AttentionGroup`s of `ids` (`whole`, the group of every sentence, when there is one) and the
+        permutation from their concatenated tokens back to flat order (None for one group)."""
         lengths, starts = ids.row_lengths(), ids.row_starts()
         if self.attention_groups == 1:
-            return [AttentionGroup.of(None, lengths, self.compute_dtype)], None
+            return [whole], None
         order = tf.argsort(lengths, stable=True)
         batch, count = tf.size(lengths), self.attention_groups
         groups = []
         for g in range(count):
             rows = order[batch * g // count : batch * (g + 1) // count]
             group_starts, group_lengths = tf.gather(starts, rows), tf.gather(lengths, rows)
-            tokens = tf.ragged.range(group_starts, group_starts + group_lengths).flat_values
-            groups.append(AttentionGroup.of(tokens, group_lengths, self.compute_dtype))
+            group_ids = tf.ragged.range(group_starts, group_starts + group_lengths)
+            groups.append(AttentionGroup.of(group_ids.flat_values, group_ids, self.compute_dtype))
         return groups, tf.math.invert_permutation(tf.concat([group.tokens for group in groups], axis=0))
 
     def __call__(self, ids, training=False):
-        tokens = ids.flat_values
-        rows = ids.value_rowids()
-        positions = tf.range(tf.size(tokens, out_type=rows.dtype)) - tf.gather(ids.row_starts(), rows)
-        x = tf.gather(self.token_table, tokens) + tf.gather(self.position_table, positions)
+        whole = AttentionGroup.of(None, ids, self.compute_dtype)
+        x = tf.gather(self.token_table, ids.flat_values) + tf.gather(self.position_table, whole.index[:, 1])
         if self.constant_row is not None:
             x += self.constant_row
         x = _dropout(_layer_norm(x, self.embeddings_norm), self.embeddings_dropout, training)
-        groups, back = self._attention_groups(ids)
+        groups, back = self._attention_groups(ids, whole)
         for layer in self.layers:
             qkv = layer["qkv"](x)
             attended = [self._attention(qkv, layer, group, training) for group in groups]
