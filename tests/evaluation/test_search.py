@@ -17,13 +17,25 @@ def _numpy_knn(queries, pool, k):
     return np.take_along_axis(sims, ids, axis=1), ids
 
 
-@pytest.mark.parametrize("engine", ["tensorflow", "faiss"])
-def test_chunked_exact_knn_equals_one_numpy_search(engine, monkeypatch):
+def _fresh_traces(monkeypatch, group):
+    """`TOP_K_GROUP = group`, with the block functions traced anew (the group is read when they are traced)."""
+    monkeypatch.setattr(search, "TOP_K_GROUP", group)
+    for name in ("_score_block_function", "_one_way_block_function"):
+        monkeypatch.setattr(search, name, functools.cache(getattr(search, name).__wrapped__))
+
+
+@pytest.mark.parametrize("engine, group, chunk_size, pool_block",
+                         [("tensorflow", 16, 10, 4992), ("tensorflow", 2, 40, 20), ("faiss", 16, 10, 4992)])
+def test_chunked_exact_knn_equals_one_numpy_search(engine, group, chunk_size, pool_block, monkeypatch):
     monkeypatch.setattr(search, "QUERY_BLOCK", 4)
+    monkeypatch.setattr(search, "POOL_BLOCK", pool_block)
+    _fresh_traces(monkeypatch, group)
     queries, pool = _unit_rows(37, 8, 0), _unit_rows(101, 8, 1)
     expected_sims, expected_ids = _numpy_knn(queries, pool, 5)
-    # Chunks of 10 split the pool into 11 pieces, the last of one row (fewer than k).
-    sims, ids = search.exact_knn(queries, pool, 5, chunk_size=10, engine=engine)
+    # Chunks of 10 split the pool into 11 pieces, the last of one row (fewer than k). Chunks of 40 split into
+    # blocks of 20, the last chunk (21 rows) into 20 and 1: _top_k ranks a 20-row block's 10 groups of 2, takes
+    # a 1-row block plainly, and each block's top 5 merges into the running top 5 of its 4 queries.
+    sims, ids = search.exact_knn(queries, pool, 5, chunk_size=chunk_size, engine=engine)
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(sims, expected_sims, atol=1e-6)
 
@@ -100,9 +112,8 @@ def test_top_k_by_group_maxima_equals_top_k_ties_included(monkeypatch, k):
 @pytest.mark.parametrize("group, chunk_size", [(16, 10), (2, 20)])
 def test_two_way_exact_knn_equals_one_numpy_search_each_way(monkeypatch, group, chunk_size):
     monkeypatch.setattr(search, "QUERY_BLOCK", 4)
-    # Groups of 2 send the rows' top 5 in 20-row chunks of y through _top_k's 10 group maxima (a fresh trace).
-    monkeypatch.setattr(search, "TOP_K_GROUP", group)
-    monkeypatch.setattr(search, "_score_block_function", functools.cache(search._score_block_function.__wrapped__))
+    # Groups of 2 send the rows' top 5 in 20-row chunks of y through _top_k's 10 group maxima.
+    _fresh_traces(monkeypatch, group)
     x, y = _unit_rows(37, 8, 11), _unit_rows(101, 8, 12)
     # The chunks split both pools, y's last chunk of one row (fewer than k); blocks of 4 split x's chunks.
     (xy_sims, xy_ids), (yx_sims, yx_ids) = search.exact_knn_both(x, y, 5, chunk_size=chunk_size)

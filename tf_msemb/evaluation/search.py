@@ -2,8 +2,8 @@
 
 Every index scores by inner product (cosine for unit vectors). Exact search
 comes in two engines with the same answers: `exact` multiplies blocks with
-TensorFlow and keeps the top k with `tf.math.top_k`; `flat` uses faiss's
-`IndexFlatIP`, 2.4-3.8x slower on our 2-core AVX-512 machine (its bundled
+TensorFlow and keeps the top k (`_top_k`); `flat` uses faiss's
+`IndexFlatIP`, 2.4-3.8x slower on a 2-core AVX-512 machine (its bundled
 BLAS reaches about 47 GFLOP/s where TensorFlow's reaches 130). The pool may
 be any array-like with `shape` and slicing, such as a float16 `np.memmap`:
 it is read and converted to float32 one chunk at a time, so memory stays
@@ -24,8 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 INDEXES = ("exact", "flat", "ivf", "ivfpq", "hnsw")
-QUERY_BLOCK = 1024  # queries scored at once by the TensorFlow engine: a [1024, chunk] float32 block
-# Rows of y per two-way score block: a [1024, 4992] float32 block (20 MB) stays in malloc's heap (blocks of
+QUERY_BLOCK = 1024  # queries scored at once by the TensorFlow engine
+# Pool rows per score block: a [1024, 4992] float32 block (20 MB) stays in malloc's heap (blocks of
 # 100,000, 400 MB, were mapped and faulted in afresh each time: a quarter of the run in the kernel); 4992 is a
 # multiple of TOP_K_GROUP and not a power of two, whose row stride made the transpose 25 % slower.
 POOL_BLOCK = 4992
@@ -69,16 +69,24 @@ def _merge_top_k(sims, ids, new_sims, new_ids, k):
 
 
 def _tensorflow_search(pool_chunk):
-    """A search function over one pool chunk: `queries, k -> (sims, ids)` with matmul and top_k."""
-    pool_chunk = tf.constant(pool_chunk)
+    """A search function over one pool chunk: `queries, k -> (sims, ids)`.
+
+    Scores `[QUERY_BLOCK, POOL_BLOCK]` blocks (`_score_block_one_way`) and
+    keeps each query block's running top k in TensorFlow.
+    """
+    blocks = [(tf.constant(start, tf.int64), tf.constant(pool_chunk[start:end]))
+              for start, end in _chunks(len(pool_chunk), POOL_BLOCK)]
+    score_block = _one_way_block_function()
 
     def search(queries, k):
         sims, ids = [], []
         for start in range(0, len(queries), QUERY_BLOCK):
-            scores = tf.matmul(tf.constant(queries[start : start + QUERY_BLOCK]), pool_chunk, transpose_b=True)
-            top = tf.math.top_k(scores, k)
-            sims.append(top.values.numpy())
-            ids.append(top.indices.numpy().astype(np.int64))
+            block = tf.constant(queries[start : start + QUERY_BLOCK])
+            top_sims, top_ids = tf.zeros((len(block), 0)), tf.zeros((len(block), 0), tf.int64)
+            for offset, pool_block in blocks:
+                top_sims, top_ids = score_block(block, pool_block, tf.constant(k), top_sims, top_ids, offset)
+            sims.append(top_sims.numpy())
+            ids.append(top_ids.numpy())
         return np.concatenate(sims), np.concatenate(ids)
 
     return search
@@ -150,6 +158,37 @@ def _top_k(scores, k):
     return tf.cond(tf.logical_and(size % group == 0, groups >= k), grouped, plain)
 
 
+def _matrix(dtype):
+    return tf.TensorSpec([None, None], dtype)
+
+
+def _scalar(dtype):
+    return tf.TensorSpec([], dtype)
+
+
+def _merge_running_top_k(sims, ids, new_sims, new_ids, k):
+    """The `k` best of a running `[n, *]` top-k (`sims`, `ids`) and a new one, best first; running entries win ties."""
+    sims = tf.concat([sims, new_sims], axis=1)
+    ids = tf.concat([ids, new_ids], axis=1)
+    top = tf.math.top_k(sims, tf.minimum(k, tf.shape(sims)[1]))
+    return top.values, tf.gather(ids, top.indices, batch_dims=1)
+
+
+def _score_block_one_way(queries, pool_block, k, sims, ids, offset):
+    """The running top `k` of `queries` (`sims`, `ids`) merged with their top k in `pool_block` (ids from `offset`)."""
+    scores = tf.matmul(queries, pool_block, transpose_b=True)
+    block_sims, block_ids = _top_k(scores, tf.minimum(k, tf.shape(scores)[1]))
+    return _merge_running_top_k(sims, ids, block_sims, tf.cast(block_ids, tf.int64) + offset, k)
+
+
+@functools.cache
+def _one_way_block_function():
+    """`_score_block_one_way` as a TensorFlow function, traced once for any shapes."""
+    return tf.function(_score_block_one_way, input_signature=[
+        _matrix(tf.float32), _matrix(tf.float32), _scalar(tf.int32), _matrix(tf.float32), _matrix(tf.int64),
+        _scalar(tf.int64)])
+
+
 def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, column_k, offset):
     """One `[queries, pool_chunk]` score block, top-k'd along rows and along columns.
 
@@ -161,21 +200,17 @@ def _score_block_both_ways(queries, pool_chunk, row_k, column_sims, column_ids, 
     scores = tf.matmul(queries, pool_chunk, transpose_b=True)
     row_sims, row_ids = _top_k(scores, tf.minimum(row_k, tf.shape(scores)[1]))
     block_sims, block_ids = _top_k(tf.transpose(scores), tf.minimum(column_k, tf.shape(scores)[0]))
-    sims = tf.concat([column_sims, block_sims], axis=1)
-    ids = tf.concat([column_ids, tf.cast(block_ids, tf.int64) + offset], axis=1)
-    merged = tf.math.top_k(sims, tf.minimum(column_k, tf.shape(sims)[1]))
-    return (tf.cast(row_sims, tf.float32), row_ids, merged.values,
-            tf.gather(ids, merged.indices, batch_dims=1))
+    column_sims, column_ids = _merge_running_top_k(
+        column_sims, column_ids, block_sims, tf.cast(block_ids, tf.int64) + offset, column_k)
+    return tf.cast(row_sims, tf.float32), row_ids, column_sims, column_ids
 
 
 @functools.cache
 def _score_block_function(dtype):
     """`_score_block_both_ways` as a TensorFlow function for `dtype` blocks, traced once for any shapes."""
-    matrix = lambda dtype: tf.TensorSpec([None, None], dtype)  # noqa: E731
-    scalar = lambda dtype: tf.TensorSpec([], dtype)  # noqa: E731
     return tf.function(_score_block_both_ways, input_signature=[
-        matrix(dtype), matrix(dtype), scalar(tf.int32), matrix(dtype), matrix(tf.int64), scalar(tf.int32),
-        scalar(tf.int64)])
+        _matrix(dtype), _matrix(dtype), _scalar(tf.int32), _matrix(dtype), _matrix(tf.int64), _scalar(tf.int32),
+        _scalar(tf.int64)])
 
 
 def _rescore(queries, pool, candidates, k):

@@ -25,21 +25,6 @@ def gather_candidates(*tensors):
     return gathered, tf.range(local_batch) + offset
 
 
-def _merged(gradient):
-    """Sparse rows summed per index: the global norm must see the dense gradient, not repeated rows."""
-    if not isinstance(gradient, tf.IndexedSlices):
-        return gradient
-    indices, positions = tf.unique(gradient.indices)
-    values = tf.math.unsorted_segment_sum(gradient.values, positions, tf.size(indices))
-    return tf.IndexedSlices(values, indices, gradient.dense_shape)
-
-
-def _scaled(gradient, factor):
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(gradient.values * factor, gradient.indices, gradient.dense_shape)
-    return gradient * factor
-
-
 def clip_summed_gradients(gradients, clip_norm):
     """This replica's share of the replicas' summed gradient, clipped to `clip_norm` by its global norm.
 
@@ -49,14 +34,15 @@ def clip_summed_gradients(gradients, clip_norm):
     sums the gradients itself, clips that sum, and hands the optimizer
     `sum / n`, which the optimizer's own summation turns back into the
     clipped sum (its per-replica clipping, if any, no longer binds).
+    Gradients are dense (`Objective.minimize` densifies embedding slices).
     """
     present = [i for i, g in enumerate(gradients) if g is not None]
     values = [gradients[i] for i in present]
     replicas = num_replicas()
     if replicas > 1:
         values = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, values)
-    values, _ = tf.clip_by_global_norm([_merged(v) for v in values], clip_norm)
+    values, _ = tf.clip_by_global_norm(values, clip_norm)
     clipped = list(gradients)
     for i, value in zip(present, values):
-        clipped[i] = _scaled(value, 1.0 / replicas)
+        clipped[i] = value / replicas
     return clipped

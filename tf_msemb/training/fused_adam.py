@@ -1,0 +1,56 @@
+"""Adam and AdamW whose per-variable update is TensorFlow's fused `ResourceApplyAdam` kernel.
+
+Keras' Adam updates each variable with about a dozen elementwise ops, each
+a pass over the variable's memory (MiniLM's 23M parameters: 0.2 s of a 1.8 s
+distillation step on 2 cores); the fused kernel reads the gradient, both
+moments and the variable once and writes them back once. It computes the
+same update in the same order (`m += (g - m)(1 - b1)`,
+`v += (g^2 - v)(1 - b2)`, `w -= m a / (sqrt(v) + eps)` with
+`a = lr sqrt(1 - b2^t) / (1 - b1^t)`; Kingma & Ba, Algorithm 1 with the
+Sec. 2 reordering), in float32, but forms `1 - b1` and `1 - b2` in float32
+where Keras rounds the double: the factor differs by under 3e-7 of its
+value, so results agree to float32 rounding rather than bit for bit.
+Decoupled weight decay (Loshchilov & Hutter) stays Keras' own.
+"""
+
+import keras
+import tensorflow as tf
+
+
+class _FusedAdamUpdate:
+    """Adam's `update_step` as one `ResourceApplyAdam` per variable; Keras' own for `amsgrad` and other backends."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or keras.backend.backend() != "tensorflow":
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self._momentums[index].value.handle,
+            v=self._velocities[index].value.handle,
+            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
+            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype),
+        )
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class FusedAdam(_FusedAdamUpdate, keras.optimizers.Adam):
+    """`keras.optimizers.Adam` with the moment and variable update in one kernel per variable."""
+
+    def __init__(self, name="fused_adam", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class FusedAdamW(_FusedAdamUpdate, keras.optimizers.AdamW):
+    """`keras.optimizers.AdamW` with the moment and variable update in one kernel per variable."""
+
+    def __init__(self, name="fused_adamw", **kwargs):
+        super().__init__(name=name, **kwargs)
