@@ -40,7 +40,6 @@ dropout in the private `_dropout_layer`, also read.
 
 import math
 from typing import NamedTuple
-from typing import Optional
 
 import keras
 import keras_hub
