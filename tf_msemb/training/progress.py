@@ -50,8 +50,7 @@ class RunLog:
         self.writer = tf.summary.create_noop_writer()
         if model_dir is not None:
             self.writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
-        self._steady = None
-        self._last_step = self._last_time = None
+        self._first_report = self._last_report = None  # (step, time)
 
     def write(self, step, logs):
         steps_per_second = self.progress.rate(step)
@@ -60,10 +59,8 @@ class RunLog:
             for name, value in logs.items():
                 tf.summary.scalar(name, value)
             tf.summary.scalar("pairs_per_second", steps_per_second * self.progress.global_batch_size)
-        now = time.perf_counter()
-        if self._steady is None:
-            self._steady = (step, now)
-        self._last_step, self._last_time = step, now
+        self._last_report = (step, time.perf_counter())
+        self._first_report = self._first_report or self._last_report
 
     def write_eval(self, step, results, selection=None, seconds=None):
         """Prints the summary dev metrics (`task/metric`), the best so far and the time the evaluation took;
@@ -78,10 +75,10 @@ class RunLog:
 
     @property
     def steady_rate(self):
-        if self._steady is None or self._last_step == self._steady[0]:
+        if self._first_report is None or self._last_report[0] == self._first_report[0]:
             return 0.0
-        first_step, since = self._steady
-        return (self._last_step - first_step) * self.progress.global_batch_size / (self._last_time - since)
+        (first_step, since), (last_step, until) = self._first_report, self._last_report
+        return (last_step - first_step) * self.progress.global_batch_size / (until - since)
 
     def __enter__(self):
         return self
