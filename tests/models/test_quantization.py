@@ -13,8 +13,10 @@ from conftest import SHARED_DATA
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.saved_model import inference_module
 from tf_msemb.models.quantization import Int8Dense
+from tf_msemb.models.quantization import QuantizedTensor
 from tf_msemb.models.quantization import RangeObserver
 from tf_msemb.models.quantization import int8_support
+from tf_msemb.models.quantization import smooth
 
 INT8_UNSUPPORTED = int8_support()
 needs_int8 = pytest.mark.skipif(INT8_UNSUPPORTED is not None, reason=f"{INT8_UNSUPPORTED}")
@@ -33,11 +35,18 @@ def _layer(seed=0, inputs=64, units=48):
     return kernel, bias, x
 
 
-def _column_errors(kernel, bias, x, smoothing):
-    quantized = Int8Dense(kernel, bias, x.min(axis=0), x.max(axis=0), smoothing)
-    got = tf.function(quantized)(tf.constant(x)).numpy()
-    want = x.astype(np.float64) @ kernel + bias
+def _int8(kernel, bias, x, smoothing, **options):
+    smoothed, inverse, input_range = smooth(kernel, x.min(axis=0), x.max(axis=0), smoothing)
+    return Int8Dense(smoothed, bias, input_range, inverse, **options)
+
+
+def _relative_errors(got, want, bias):
     return np.abs(got - want).max(axis=0) / np.abs(want - bias).max(axis=0)
+
+
+def _column_errors(kernel, bias, x, smoothing, rows=None):
+    got = tf.function(_int8(kernel, bias, x, smoothing))(tf.constant(x[:rows])).numpy()
+    return _relative_errors(got, x[:rows].astype(np.float64) @ kernel + bias, bias)
 
 
 @needs_int8
@@ -51,6 +60,71 @@ def test_int8_dense_equals_the_float_matmul_in_every_column():
 
 
 @needs_int8
+def test_one_int8_dense_serves_batches_of_any_size():
+    # The op keeps its weights reordered after the first call: the second call, of 3 rows, must still use them
+    # right (the cached layout can differ with the row count).
+    kernel, bias, x = _layer()
+    quantized = tf.function(_int8(kernel, bias, x, 0.8))
+    want = x.astype(np.float64) @ kernel + bias
+    scale = np.abs(want - bias).max(axis=0)
+    for rows in (200, 3, 57):
+        errors = np.abs(quantized(tf.constant(x[:rows])).numpy() - want[:rows]).max(axis=0) / scale
+        assert errors.max() < 0.03, (rows, errors)
+
+
+@needs_int8
+def test_inputs_that_never_reach_zero_keep_their_zero_point():
+    # QuantizeV2 widens a range to hold 0: an input on [5, 9] is quantized on [0, 9]. A bias compensated with the
+    # calibrated minimum (5) instead is off by 5 times each column's sum.
+    rng = np.random.default_rng(3)
+    kernel, bias = rng.normal(size=(16, 8)), rng.normal(size=8)
+    x = rng.uniform(5, 9, size=(50, 16)).astype(np.float32)
+    quantized = Int8Dense(kernel, bias, (x.min(), x.max()))
+    assert quantized.input_range == (0.0, pytest.approx(x.max()))
+    got = tf.function(quantized)(tf.constant(x)).numpy()
+    assert _relative_errors(got, x @ kernel + bias, bias).max() < 0.03
+
+
+@needs_int8
+def test_the_fused_gelu_residual_and_requantization_are_the_float_layers():
+    # The feed-forward block as the int8 export runs it: the first matmul applies GELU and writes uint8 on the
+    # second's input range; the second adds the residual. Wrong code this fails: a post-op other than GELU (ReLU,
+    # none; the tanh form is within int8 rounding of it), the residual dropped or added twice, an output range the
+    # next layer reads on other bounds.
+    from scipy.special import erf
+
+    kernel, bias, x = _layer(seed=2)
+    # Columns of mean 0 and deviation 1, where GELU is neither ReLU nor the identity.
+    before = x.astype(np.float64) @ kernel + bias
+    kernel, bias = kernel / before.std(axis=0), (bias - before.mean(axis=0)) / before.std(axis=0)
+    rng = np.random.default_rng(4)
+    second_kernel, second_bias = rng.normal(size=(48, 16)).astype(np.float32), rng.normal(size=16).astype(np.float32)
+    hidden = x.astype(np.float64) @ kernel + bias
+    hidden = 0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))
+    # As large as the second matmul's output: a dropped or doubled residual is off by its whole range.
+    residual = (rng.normal(size=(200, 16)) * np.abs(hidden @ second_kernel).max()).astype(np.float32)
+    gelu_range = (hidden.min(), hidden.max())
+    first = _int8(kernel, bias, x, 0.8, activation="gelu", output_range=gelu_range)
+    linear = _int8(kernel, bias, x, 0.8)  # the same sums, dequantized without a post-op
+    second = Int8Dense(second_kernel, second_bias, gelu_range)
+
+    @tf.function
+    def block(x, residual):
+        quantized = first(x)
+        assert isinstance(quantized, QuantizedTensor) and quantized.values.dtype == tf.quint8
+        return second(quantized, residual=residual), (quantized.values, quantized.low, quantized.high), linear(x)
+
+    got, (values, low, high), sums = block(tf.constant(x), tf.constant(residual))
+    dequantized = low + values.numpy().astype(np.float64) * (high - low) / 255
+    sums = sums.numpy().astype(np.float64)
+    # GELU of the int8 sums, rounded onto the output range's 256 levels (within float rounding of half a step).
+    assert np.abs(dequantized - 0.5 * sums * (1 + erf(sums / np.sqrt(2)))).max() <= 0.6 * (high - low) / 255
+    # The second matmul of what the first wrote: only its own weights' rounding is left.
+    want = dequantized @ second_kernel + second_bias + residual
+    assert _relative_errors(got.numpy(), want, second_bias + residual).max() < 0.03
+
+
+@needs_int8
 def test_smoothing_moves_an_outlier_channel_into_the_weights():
     # Without smoothing, channel 3 sets the one activation range and the others get a few levels each.
     kernel, bias, x = _layer(seed=1)
@@ -59,7 +133,7 @@ def test_smoothing_moves_an_outlier_channel_into_the_weights():
 
 
 def test_the_observer_records_each_channels_range_and_passes_the_dense_through():
-    dense = lambda x: x * 2.0  # noqa: E731
+    dense = lambda x, residual=None, training=False: x * 2.0  # noqa: E731
     observer = RangeObserver(dense)
     first, second = np.array([[1.0, -2.0], [3.0, 0.5]], np.float32), np.array([[-4.0, 7.0]], np.float32)
     np.testing.assert_array_equal(observer(tf.constant(first)).numpy(), first * 2)

@@ -26,6 +26,10 @@ from tf_msemb.models.quantization import DEFAULT_SMOOTHING
 from tf_msemb.models.quantization import quantize_backbone
 
 POOLINGS = ("mean", "max", "first")
+# Padded attention grids of length-sorted sentences an export runs (`PackedBackbone.attention_groups`, the same
+# function): int8 MiniLM on 64-sentence Multi30k batches, 1 grid 867 sentences/s, 4 grids 1,054 (one process,
+# interleaved); a single sentence pays about 0.5 ms.
+INFERENCE_ATTENTION_GROUPS = 4
 
 
 def _read(encoder):
@@ -70,10 +74,11 @@ class PackedEncoder(tf.Module):
         if compute_dtype == "int8":
             if calibration is None:
                 raise ValueError("An int8 PackedEncoder needs calibration batches.")
-            self.backbone = PackedBackbone(weights["backbone"], "float32")
+            self.backbone = PackedBackbone(weights["backbone"], "float32", attention_groups=INFERENCE_ATTENTION_GROUPS)
             quantize_backbone(self.backbone, calibration, smoothing)
         else:
-            self.backbone = PackedBackbone(weights["backbone"], compute_dtype, frozen_cast=True)
+            self.backbone = PackedBackbone(weights["backbone"], compute_dtype, frozen_cast=True,
+                                           attention_groups=INFERENCE_ATTENTION_GROUPS)
         self.pooling = weights["pooling"]
         self.normalize = weights["normalize"]
         self.projection = self.backbone.dense(weights["projection"]) if weights["projection"] else None

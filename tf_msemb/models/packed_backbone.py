@@ -200,6 +200,8 @@ def read_supported(backbone):
             return None, f"{layer.name} uses activation {read['activation']!r}, not one of {', '.join(ACTIVATIONS)}"
         if not _holds_exactly(layer, read):
             return None, f"{layer.name} does not hold exactly the weights packing reads"
+    if len({read["heads"] for read in weights["layers"]}) > 1:
+        return None, "its layers have different head counts"
     unread = _unread_weights(backbone, weights)
     if unread:
         return None, f"packing would not read {', '.join(unread)}"
@@ -234,19 +236,30 @@ def _dropout(x, layer, training):
     return keras.random.dropout(x, layer.rate, noise_shape=layer.noise_shape, seed=layer.seed_generator)
 
 
-class PackedDense(tf.Module):
-    """`x @ kernel + bias`, the kernels' first `input_axes` axes flattened into rows and the kernels concatenated.
+def _residual(dense, inputs, x, dropout, training):
+    """`x + dropout(dense(inputs))` in float32; where nothing drops, the dense adds `x` itself (int8 fuses the sum
+    into its matmul)."""
+    if training and dropout.rate:
+        return x + tf.cast(_dropout(dense(inputs, training=training), dropout, training), tf.float32)
+    return dense(inputs, residual=x, training=training)
 
-    In `compute_dtype`. With `frozen_cast` (inference with a compute dtype
-    other than float32) the cast kernel is a variable made once, here;
-    otherwise the kernel is read (and cast) from the weights on every call,
-    so gradients reach them.
+
+class PackedDense(tf.Module):
+    """`activation(x @ kernel + bias) [+ residual]`, the kernels' first `input_axes` axes flattened into rows and the
+    kernels concatenated.
+
+    In `compute_dtype`; a `residual` is added in float32. With `frozen_cast`
+    (inference with a compute dtype other than float32) the cast kernel is a
+    variable made once, here; otherwise the kernel is read (and cast) from the
+    weights on every call, so gradients reach them. `activation`: a name in
+    `ACTIVATIONS`, or None.
     """
 
-    def __init__(self, kernels, biases, compute_dtype, input_axes=1, frozen_cast=False):
+    def __init__(self, kernels, biases, compute_dtype, input_axes=1, frozen_cast=False, activation=None):
         super().__init__()
         self.kernels, self.biases, self.compute_dtype = kernels, biases, compute_dtype
         self.input_width = math.prod(kernels[0].shape[:input_axes])
+        self.activation = activation
         self.cast_kernel = None
         if frozen_cast and compute_dtype != tf.float32:
             self.cast_kernel = tf.Variable(tf.cast(self._kernel(), compute_dtype), trainable=False)
@@ -262,33 +275,57 @@ class PackedDense(tf.Module):
         """The float32 `(kernel [input_width, units], bias [units])` this layer applies (int8 export reads them)."""
         return self._kernel(tf.float32), tf.cast(self._bias(), tf.float32)
 
-    def __call__(self, x):
+    def __call__(self, x, residual=None, training=False):
         kernel = self._kernel() if self.cast_kernel is None else self.cast_kernel
         y = tf.matmul(tf.cast(x, self.compute_dtype), kernel)
-        return tf.nn.bias_add(y, tf.cast(self._bias(), y.dtype))
+        y = tf.nn.bias_add(y, tf.cast(self._bias(), y.dtype))
+        if self.activation:
+            y = _activation(self.activation, training)(y)
+        return y if residual is None else residual + tf.cast(y, tf.float32)
 
 
 class AttentionGroup(NamedTuple):
-    """Sentences whose attention runs on one padded grid, their tokens contiguous in the token matrix.
+    """Sentences whose attention runs on one padded grid of `length` positions, their tokens contiguous in the token
+    matrix; indices into it for both layouts `PackedBackbone._attention` uses.
 
-    `row_splits` of their tokens per sentence (from 0); `index`: each
-    token's `(sentence, position)` on the grid; `key_bias`:
+    `cells`: `[sentences, length]`, the token matrix row at each grid cell;
+    cells past a sentence's end repeat its last token (masked as keys, never
+    read back). `token_cells`: `[tokens]`, each token's cell in the
+    `[sentences * length]` grid. `grid_rows`: `[sentences, heads, length]`,
+    the row of the projections seen as `[tokens * 3 * heads, d / heads]` that
+    holds each cell's query (its key is `heads` rows on, its value `2 *
+    heads`); `token_rows`: `[tokens, heads]`, each token's row in the
+    `[sentences * heads * length, d / heads]` attention output. `key_bias`:
     `[sentences, 1, 1, length]`, 0 on real keys, very negative on padding.
     """
 
-    row_splits: tf.Tensor
-    index: tf.Tensor
+    cells: tf.Tensor
+    token_cells: tf.Tensor
+    grid_rows: tf.Tensor
+    token_rows: tf.Tensor
     key_bias: tf.Tensor
 
     @classmethod
-    def of(cls, ids, compute_dtype):
-        """The group of the sentences of ragged `ids`, with a `compute_dtype` key bias."""
-        rows = ids.value_rowids()
-        positions = tf.range(tf.size(ids.flat_values, out_type=rows.dtype)) - tf.gather(ids.row_starts(), rows)
+    def of(cls, ids, compute_dtype, heads, first_token=0):
+        """The group of the sentences of ragged `ids` (their first token at row `first_token` of the token matrix),
+        with a `compute_dtype` key bias."""
+        starts, lengths = tf.cast(ids.row_starts(), tf.int32), tf.cast(ids.row_lengths(), tf.int32)
+        length = tf.maximum(tf.reduce_max(lengths), 0)  # 0 for a group without sentences
+        last = tf.maximum(lengths - 1, 0)
+        cells = first_token + starts[:, None] + tf.minimum(tf.range(length), last[:, None])
+        rows, head = tf.cast(ids.value_rowids(), tf.int32), tf.range(heads)
+        token_cells = rows * length + positions(ids)
+        grid_rows = cells[:, None, :] * (3 * heads) + head[None, :, None]
+        token_rows = (rows[:, None] * heads + head) * length + positions(ids)[:, None]
         very_negative = -3e4 if compute_dtype == tf.float16 else -1e9
-        key_bias = tf.where(tf.sequence_mask(ids.row_lengths()), 0.0, very_negative)
-        return cls(ids.row_splits, tf.stack([rows, positions], axis=1),
-                   tf.cast(key_bias, compute_dtype)[:, None, None, :])
+        key_bias = tf.where(tf.sequence_mask(lengths, length), 0.0, very_negative)
+        return cls(cells, token_cells, grid_rows, token_rows, tf.cast(key_bias, compute_dtype)[:, None, None, :])
+
+
+def positions(ids):
+    """Each token's position in its sentence (int32), in the flat order of ragged `ids`."""
+    rows = tf.cast(ids.value_rowids(), tf.int32)
+    return tf.range(tf.size(ids.flat_values, out_type=tf.int32)) - tf.gather(tf.cast(ids.row_starts(), tf.int32), rows)
 
 
 class PackedBackbone(tf.Module):
@@ -318,10 +355,10 @@ class PackedBackbone(tf.Module):
         self.embeddings_dropout = weights["embeddings_dropout"]
         self.layers = [self._layer(layer) for layer in weights["layers"]]
 
-    def dense(self, *weights, input_axes=1):
+    def dense(self, *weights, input_axes=1, activation=None):
         """One `PackedDense` of the `(kernel, bias)` pairs `weights`, side by side."""
         return PackedDense([kernel for kernel, _ in weights], [bias for _, bias in weights], self.compute_dtype,
-                           input_axes, self.frozen_cast)
+                           input_axes, self.frozen_cast, activation)
 
     def _layer(self, read):
         """One transformer layer (post-LN: Vaswani et al. 2017, Sec. 3.1), from what `_read_layer` read."""
@@ -330,35 +367,44 @@ class PackedBackbone(tf.Module):
             "qkv": self.dense(read["query"], read["key"], read["value"]),
             "attention_output": self.dense(read["attention_output"], input_axes=2),
             "attention_norm": read["attention_norm"],
-            "intermediate": self.dense(read["intermediate"]),
-            "activation": read["activation"],
+            "intermediate": self.dense(read["intermediate"], activation=read["activation"]),
             "output": self.dense(read["output"]),
             "output_norm": read["output_norm"],
             "dropout": read["dropout"],
         }
 
-    def replace_denses(self, function):
-        """Puts `function(dense)` in the place of every layer's `LAYER_DENSES` (int8 calibration and export)."""
+    def replace_layer_denses(self, function):
+        """Puts `function([dense of each of LAYER_DENSES])` in their places, in every layer (int8 calibration and
+        export)."""
         for layer in self.layers:
-            for role in LAYER_DENSES:
-                layer[role] = function(layer[role])
+            denses = function([layer[role] for role in LAYER_DENSES])
+            layer.update(zip(LAYER_DENSES, denses))
 
     def _attention(self, qkv, layer, group, training):
-        """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) of one `AttentionGroup`'s `[tokens, 3d]`
-        projections on its padded grid; its `[tokens, d]` out."""
-        grid = tf.RaggedTensor.from_row_splits(qkv, group.row_splits, validate=False).to_tensor()
-        batch, length = tf.shape(grid)[0], tf.shape(grid)[1]
+        """Scaled dot-product attention (Vaswani et al. 2017, Eq. 1) on one `AttentionGroup`'s grid, from the batch's
+        `[tokens, 3d]` projections; the `[tokens, d]` out of the group's tokens.
+
+        Inference gathers each head's rows onto the grid and back (no transpose: int8 MiniLM encoding +8 %);
+        training gathers whole token rows and transposes, as the gradient of a gather of `d / heads`-wide rows
+        (a segment sum over them) made a step 7 % slower.
+        """
         heads, width = layer["heads"], qkv.shape[-1] // 3
-        grid = tf.transpose(tf.reshape(grid, [batch, length, 3, heads, width // heads]), [2, 0, 3, 1, 4])
-        # Unstacked, not indexed: each index's gradient (StridedSliceGrad) writes a zero-filled copy of the whole
-        # grid on one thread, a fifth of a MiniLM training step; unstack's gradient is one stack.
-        query, key, value = tf.unstack(grid, num=3)
+        if training:
+            batch, length = tf.shape(group.cells)[0], tf.shape(group.cells)[1]
+            grid = tf.reshape(tf.gather(qkv, group.cells), [batch, length, 3, heads, width // heads])
+            # Unstacked, not indexed: each index's gradient (StridedSliceGrad) writes a zero-filled copy of the
+            # whole grid on one thread, a fifth of a MiniLM training step; unstack's gradient is one stack.
+            query, key, value = tf.unstack(tf.transpose(grid, [2, 0, 3, 1, 4]), num=3)
+        else:
+            rows = tf.reshape(qkv, [-1, width // heads])
+            query, key, value = (tf.gather(rows, group.grid_rows + part * heads) for part in range(3))
         query *= tf.cast(1.0 / math.sqrt(width // heads), qkv.dtype)
         scores = tf.matmul(query, key, transpose_b=True) + group.key_bias
         probabilities = _dropout(tf.nn.softmax(scores), layer["dropout"]["probabilities"], training)
         context = tf.matmul(probabilities, value)
-        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [batch, length, width])
-        return tf.gather_nd(context, group.index)
+        if training:
+            return tf.gather(tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, width]), group.token_cells)
+        return tf.reshape(tf.gather(tf.reshape(context, [-1, width // heads]), group.token_rows), [-1, width])
 
     def _by_length(self, ids):
         """`ids` with its sentences sorted by length (stable) and the permutation from their tokens back to the
@@ -369,33 +415,30 @@ class PackedBackbone(tf.Module):
         flat_positions = tf.RaggedTensor.from_row_splits(tf.range(ids.row_splits[-1]), ids.row_splits, validate=False)
         return tf.gather(ids, order), tf.math.invert_permutation(tf.gather(flat_positions, order).flat_values)
 
-    def _attention_groups(self, ids, whole):
-        """The `AttentionGroup`s of length-sorted `ids` (`whole`, the group of every sentence, for one group) and
-        their token counts (None for one group)."""
+    def _attention_groups(self, ids):
+        """The `AttentionGroup`s of length-sorted `ids`."""
+        heads = self.layers[0]["heads"] if self.layers else 1
         if self.attention_groups == 1:
-            return [whole], None
+            return [AttentionGroup.of(ids, self.compute_dtype, heads)]
         batch, count = ids.nrows(out_type=tf.int32), self.attention_groups
         bounds = [batch * g // count for g in range(count + 1)]
-        groups = [AttentionGroup.of(ids[start:end], self.compute_dtype) for start, end in zip(bounds, bounds[1:])]
-        splits = tf.cast(tf.gather(ids.row_splits, tf.stack(bounds)), tf.int32)
-        return groups, splits[1:] - splits[:-1]
+        return [AttentionGroup.of(ids[start:end], self.compute_dtype, heads, tf.cast(ids.row_splits[start], tf.int32))
+                for start, end in zip(bounds, bounds[1:])]
 
     def __call__(self, ids, training=False):
         ids, back = self._by_length(ids)
-        whole = AttentionGroup.of(ids, self.compute_dtype)
-        x = tf.gather(self.token_table, ids.flat_values) + tf.gather(self.position_table, whole.index[:, 1])
+        x = tf.gather(self.token_table, ids.flat_values) + tf.gather(self.position_table, positions(ids))
         if self.constant_row is not None:
             x += self.constant_row
         x = _dropout(_layer_norm(x, self.embeddings_norm), self.embeddings_dropout, training)
-        groups, sizes = self._attention_groups(ids, whole)
+        groups = self._attention_groups(ids)
         for layer in self.layers:
             qkv = layer["qkv"](x)
-            parts = [qkv] if sizes is None else tf.split(qkv, sizes, num=len(groups))
-            attended = [self._attention(part, layer, group, training) for part, group in zip(parts, groups)]
-            attended = attended[0] if sizes is None else tf.concat(attended, axis=0)
-            attended = _dropout(layer["attention_output"](attended), layer["dropout"]["attention"], training)
-            x = _layer_norm(x + tf.cast(attended, tf.float32), layer["attention_norm"])
-            hidden = layer["output"](_activation(layer["activation"], training)(layer["intermediate"](x)))
-            hidden = _dropout(hidden, layer["dropout"]["output"], training)
-            x = _layer_norm(x + tf.cast(hidden, tf.float32), layer["output_norm"])
+            attended = [self._attention(qkv, layer, group, training) for group in groups]
+            attended = attended[0] if len(groups) == 1 else tf.concat(attended, axis=0)
+            x = _layer_norm(_residual(layer["attention_output"], attended, x, layer["dropout"]["attention"], training),
+                            layer["attention_norm"])
+            hidden = layer["intermediate"](x, training=training)
+            x = _layer_norm(_residual(layer["output"], hidden, x, layer["dropout"]["output"], training),
+                            layer["output_norm"])
         return x if back is None else tf.gather(x, back)

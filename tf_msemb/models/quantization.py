@@ -3,82 +3,164 @@
 Each of a layer's four matmuls (`LAYER_DENSES`) becomes an `Int8Dense`:
 unsigned 8-bit activations on one calibrated range per tensor, signed 8-bit
 weights with one scale per output column, 32-bit integer sums (VNNI on
-AVX512-VNNI CPUs) dequantized to float32 with the bias. Everything else
-(embeddings, attention, layer norms, GELU, pooling, a projection) stays
-float32. The one quantized op is TensorFlow's own
-`QuantizedMatMulWithBiasAndDequantize` (with `QuantizeV2`): stock TensorFlow
-runs it with its oneDNN kernels, which are on by default on CPUs with
-AVX-512 and otherwise need `TF_ENABLE_ONEDNN_OPTS=1`; `int8_support` says
-whether this process can.
+AVX512-VNNI CPUs) dequantized in the same op. Embeddings, attention, layer
+norms and pooling stay float32.
+
+The op is TensorFlow's `_QuantizedMatMul`, the one its oneDNN kernels run for
+int8 graphs (Intel Neural Compressor's exports are made of it); `QuantizeV2`
+makes its inputs. It is in every TensorFlow build with oneDNN (the x86-64
+pip wheels), on by default on CPUs with AVX-512 and otherwise with
+`TF_ENABLE_ONEDNN_OPTS=1`; `int8_support` says whether this process runs it.
+It has no Python wrapper, so `Int8Dense` adds it to the graph being traced
+(`tf.Graph.create_op`): call it inside a `tf.function`. It fuses what
+follows the sum, each saving a pass over the layer's activations: the bias,
+the weight columns' scales, GELU, the residual sum and the next matmul's
+quantization (`output_range`); it keeps the weights reordered for the CPU
+between calls (`is_weight_const`), one copy per matmul.
 
 Outlier channels are what break per-tensor activation ranges in BERT-family
 encoders: SmoothQuant (Xiao et al. 2023, Sec. 4, Eq. 4) divides input channel
 `j` by `s_j = max|X_j|^alpha / max|W_j|^(1 - alpha)` and multiplies the
 weight's row `j` by it, which leaves the product unchanged and moves the
-range from activations to weights. all-MiniLM-L6-v2, calibrated on 300
-Multi30k training sentences, Multi30k val vectors against float32: per-tensor
-weights without smoothing, cosine min 0.930; per-column weights, 0.988;
-per-column weights and alpha 0.8, 0.995 (alpha 0.65: 0.995, 0.9: 0.993).
+range from activations to weights. It is applied where the paper applies it
+(Sec. 5, Fig. 6: the inputs of the query-key-value and first feed-forward
+matmuls, here a multiply after the layer norm) and to the attention output's
+input, folded into the value columns (attention is linear in the values); the
+second feed-forward matmul takes the quantized GELU output as the first one
+writes it.
 """
+
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 DEFAULT_SMOOTHING = 0.8
 _TINY = 1e-8  # floor for scales of channels or columns that are all zero
+# The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`).
+POST_OPS = {"gelu": "GeluExact", "keras_hub>gelu_approximate": "GeluApproximate", "relu": "Relu"}
 
 
 def int8_support():
     """None when this TensorFlow runs the int8 matmul, else the reason it cannot (for an error line)."""
     try:
-        quantized = Int8Dense(np.eye(2, dtype=np.float32), np.zeros(2, np.float32), -np.ones(2), np.ones(2))
+        quantized = Int8Dense(np.eye(2, dtype=np.float32), np.zeros(2, np.float32), (-1.0, 1.0))
         tf.function(quantized)(tf.ones([1, 2]))
     except tf.errors.OpError:
-        return ("this TensorFlow has no kernel for QuantizedMatMulWithBiasAndDequantize; its oneDNN kernels run "
-                "it (on by default on CPUs with AVX-512; TF_ENABLE_ONEDNN_OPTS=1 turns them on)")
+        return ("this TensorFlow has no kernel for _QuantizedMatMul; its oneDNN kernels run it (on by default on "
+                "CPUs with AVX-512; TF_ENABLE_ONEDNN_OPTS=1 turns them on)")
     return None
 
 
+def quantization_range(low, high):
+    """The range `QuantizeV2` (MIN_FIRST) quantizes `[low, high]` on: widened to hold 0, at least 1 % wide."""
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    return low, max(high, low + max(1.0, abs(low), abs(high)) / 100)
+
+
+def smoothing_factors(low, high, kernel, alpha):
+    """SmoothQuant's `s_j` (Eq. 4) of each input channel, from its calibrated range and the kernel's row `j`."""
+    channel_max = np.maximum(np.maximum(-np.asarray(low, np.float64), high), _TINY)
+    return channel_max ** alpha / np.maximum(np.abs(kernel).max(axis=1), _TINY) ** (1 - alpha)
+
+
+class QuantizedTensor(NamedTuple):
+    """uint8 `values` of a float tensor `x ~ low + values * (high - low) / 255` (TensorFlow's MIN_FIRST)."""
+
+    values: tf.Tensor
+    low: float
+    high: float
+
+
+def _attr(value):
+    if isinstance(value, tf.dtypes.DType):
+        return tf.compat.v1.AttrValue(type=value.as_datatype_enum)
+    if isinstance(value, bool):
+        return tf.compat.v1.AttrValue(b=value)
+    if isinstance(value, str):
+        return tf.compat.v1.AttrValue(s=value.encode())
+    types = [v.as_datatype_enum for v in value if isinstance(v, tf.dtypes.DType)]
+    strings = [v.encode() for v in value if isinstance(v, str)]
+    return tf.compat.v1.AttrValue(list=tf.compat.v1.AttrValue.ListValue(type=types, s=strings))
+
+
+def _quantized_matmul(inputs, fused_ops, output_dtype):
+    """One `_QuantizedMatMul` node: quint8 input (SCALED, its range from 0), qint8 weights with a range per column,
+    float32 bias added after the scales; its outputs (the tensor, then its range when quantized)."""
+    inputs = [tf.convert_to_tensor(t) for t in inputs]
+    outputs = [output_dtype] + ([tf.float32, tf.float32] if output_dtype != tf.float32 else [])
+    attrs = {"T1": tf.quint8, "T2": tf.qint8, "Tbias": tf.float32, "Tout": output_dtype, "U": tf.float32,
+             "Tdevice_inputs": [t.dtype for t in inputs], "Tdevice_outputs": outputs, "Thost_inputs": [],
+             "Thost_outputs": [], "fused_ops": fused_ops, "input_quant_mode": "SCALED",
+             "output_quant_mode": "MIN_FIRST", "is_weight_const": True, "is_bias_const": True,
+             "transpose_a": False, "transpose_b": False}
+    graph = tf.compat.v1.get_default_graph()
+    return graph.create_op("_QuantizedMatMul", inputs, dtypes=outputs, name="QuantizedMatMul",
+                           attrs={key: _attr(value) for key, value in attrs.items()}).outputs
+
+
 class Int8Dense(tf.Module):
-    """`x @ kernel + bias` in int8: calibrated uint8 activations, int8 weights with a scale per output column.
+    """`activation(x @ kernel + bias) [+ residual]` on 8-bit integers, in one op after the input's quantization.
 
     Args:
-        kernel: float `[inputs, units]`; bias: float `[units]`.
-        low, high: `[inputs]`, each input channel's least and greatest value
-            seen in calibration.
-        smoothing: SmoothQuant's migration strength alpha (see the module).
+        kernel: float `[inputs, units]`, quantized with a scale per column;
+            bias: float `[units]`.
+        input_range: `(low, high)` of the input as it is quantized (after
+            `input_scale`), made a `quantization_range`.
+        input_scale: `[inputs]` multiplier of a float input before it is
+            quantized (SmoothQuant's `1 / s`; the kernel's rows hold `s`), or None.
+        activation: a `POST_OPS` name applied to the sum, or None.
+        output_range: `(low, high)`: the output is a `QuantizedTensor` on this
+            range (the next `Int8Dense`'s input), not float32.
+    Called with a float32 tensor or a `QuantizedTensor` on `input_range`,
+    and an optional float32 `residual` added to the output.
     """
 
-    def __init__(self, kernel, bias, low, high, smoothing=DEFAULT_SMOOTHING, name=None):
+    def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None, name=None):
         super().__init__(name=name)
-        kernel, low, high = np.asarray(kernel, np.float64), np.asarray(low, np.float64), np.asarray(high, np.float64)
-        channel_max = np.maximum(np.maximum(-low, high), _TINY)
-        smooth = channel_max ** smoothing / np.maximum(np.abs(kernel).max(axis=1), _TINY) ** (1 - smoothing)
-        kernel = kernel * smooth[:, None]
+        kernel = np.asarray(kernel, np.float64)
         column_scale = np.maximum(np.abs(kernel).max(axis=0), _TINY)
         quantized = np.clip(np.round(kernel / column_scale * 127), -127, 127).astype(np.int8)
-        self.input_scale = tf.Variable((1 / smooth).astype(np.float32), trainable=False)
-        self.input_range = (float(np.min(low / smooth)), float(np.max(high / smooth)))
+        self.input_range = quantization_range(*input_range)
+        self.input_scale = None if input_scale is None else tf.Variable(
+            np.asarray(input_scale, np.float32), trainable=False)
         self.kernel = tf.Variable(quantized, trainable=False)
-        # The op dequantizes with the weights' range [-1, 1] (each column divided by its scale) and takes a float
-        # bias, added after; the columns' scales multiply its output.
-        self.bias = tf.Variable((np.asarray(bias, np.float64) / column_scale).astype(np.float32), trainable=False)
         self.column_scale = tf.Variable(column_scale.astype(np.float32), trainable=False)
-        # x is about q * step + low: `low` times each column's sum joins the bias (at call time, as the op's
-        # quantizer may widen the range to hold 0).
-        self.column_sums = tf.Variable((quantized.astype(np.float64).sum(axis=0) / 127).astype(np.float32),
-                                       trainable=False)
+        # The op reads the input as `x - low` (on [0, high - low]): `low` times each column's (dequantized) sum
+        # joins the bias.
+        column_sums = quantized.astype(np.float64).sum(axis=0) * column_scale / 127
+        self.bias = tf.Variable((np.asarray(bias, np.float64) + self.input_range[0] * column_sums).astype(np.float32),
+                                trainable=False)
+        self.post_op = POST_OPS[activation] if activation else None
+        self.output_range = None if output_range is None else quantization_range(*output_range)
 
-    def __call__(self, x):
-        x = tf.cast(x, tf.float32) * self.input_scale
+    def quantize(self, x):
+        """`x` (float, before `input_scale`) as this layer's input `QuantizedTensor`."""
+        x = tf.cast(x, tf.float32)
+        if self.input_scale is not None:
+            x *= self.input_scale
         low, high = self.input_range
-        # MIN_FIRST: q = round((x - low) * 255 / (high - low)), values outside the range clipped.
         q = tf.raw_ops.QuantizeV2(input=x, min_range=low, max_range=high, T=tf.quint8, mode="MIN_FIRST")
-        y = tf.raw_ops.QuantizedMatMulWithBiasAndDequantize(
-            a=q.output, b=tf.bitcast(self.kernel, tf.qint8), bias=self.bias + q.output_min * self.column_sums,
-            min_a=0.0, max_a=q.output_max - q.output_min, min_b=-1.0, max_b=1.0,
-            min_freezed_output=-1.0, max_freezed_output=1.0, Toutput=tf.float32, input_quant_mode="SCALED")
-        return y * self.column_scale
+        return QuantizedTensor(q.output, low, high)
+
+    def __call__(self, x, residual=None, training=False):
+        if training:
+            raise ValueError("Int8Dense runs inference only.")
+        if not isinstance(x, QuantizedTensor):
+            x = self.quantize(x)
+        elif (x.low, x.high) != self.input_range:
+            raise ValueError(f"a QuantizedTensor on {(x.low, x.high)} reached an Int8Dense on {self.input_range}")
+        low, high = self.input_range
+        fused = ["BiasAdd"] + ([self.post_op] if self.post_op else []) + (["Add"] if residual is not None else [])
+        inputs = [x.values, tf.bitcast(self.kernel, tf.qint8), self.bias]
+        inputs += [tf.cast(residual, tf.float32)] if residual is not None else []
+        inputs += [0.0, high - low, -self.column_scale, self.column_scale]
+        if self.output_range is None:
+            return _quantized_matmul(inputs, fused + ["Dequantize"], tf.float32)[0]
+        if residual is not None:
+            raise ValueError("an Int8Dense with an output_range adds no residual")
+        values = _quantized_matmul(inputs + list(self.output_range), fused + ["Requantize"], tf.quint8)[0]
+        return QuantizedTensor(values, *self.output_range)
 
 
 class RangeObserver(tf.Module):
@@ -89,19 +171,50 @@ class RangeObserver(tf.Module):
         self.dense = dense
         self.low = self.high = None
 
-    def __call__(self, x):
+    def __call__(self, x, residual=None, training=False):
         values = tf.cast(x, tf.float32).numpy()
         low, high = values.min(axis=0), values.max(axis=0)
         self.low = low if self.low is None else np.minimum(self.low, low)
         self.high = high if self.high is None else np.maximum(self.high, high)
-        return self.dense(x)
+        return self.dense(x, residual=residual, training=training)
 
-    def quantized(self, smoothing):
-        """The `Int8Dense` of the observed dense and ranges."""
+    def weights(self):
+        """The observed dense's float32 `(kernel, bias)` as NumPy arrays."""
         if self.low is None:
             raise ValueError("int8 calibration saw no tokens: give it at least one non-empty sentence.")
-        kernel, bias = self.dense.float_weights()
-        return Int8Dense(kernel.numpy(), bias.numpy(), self.low, self.high, smoothing)
+        return tuple(w.numpy().astype(np.float64) for w in self.dense.float_weights())
+
+
+def smooth(kernel, low, high, alpha):
+    """SmoothQuant of a matmul whose input channels range over `[low, high]`: `(kernel with row j times s_j, 1 / s,
+    the range of the input divided by s)`, what `Int8Dense` takes as kernel, input_scale and input_range."""
+    s = smoothing_factors(low, high, kernel, alpha)
+    return kernel * s[:, None], 1 / s, (np.min(low / s), np.max(high / s))
+
+
+def _smoothed(observer, alpha, kernel=None):
+    """`smooth` of an observed dense (its own kernel, or `kernel`)."""
+    kernel = observer.weights()[0] if kernel is None else kernel
+    return smooth(kernel, observer.low, observer.high, alpha)
+
+
+def quantize_layer(observers, alpha):
+    """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
+    `output`), from the `RangeObserver`s that ran in their places."""
+    qkv, attention_output, intermediate, output = observers
+    # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
+    # combination of value rows) comes out divided.
+    qkv_kernel, qkv_bias = qkv.weights()
+    kernel, inverse, input_range = _smoothed(attention_output, alpha)
+    value_scale = np.concatenate([np.ones(qkv_kernel.shape[1] - inverse.size), inverse])
+    fused_qkv_kernel, qkv_inverse, qkv_range = _smoothed(qkv, alpha, qkv_kernel * value_scale)
+    gelu_range = (np.min(output.low), np.max(output.high))
+    inter_kernel, inter_inverse, inter_range = _smoothed(intermediate, alpha)
+    return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse),
+            Int8Dense(kernel, attention_output.weights()[1], input_range),
+            Int8Dense(inter_kernel, intermediate.weights()[1], inter_range, inter_inverse,
+                      activation=intermediate.dense.activation, output_range=gelu_range),
+            Int8Dense(*output.weights(), gelu_range))
 
 
 def quantize_backbone(backbone, batches, smoothing=DEFAULT_SMOOTHING):
@@ -113,7 +226,7 @@ def quantize_backbone(backbone, batches, smoothing=DEFAULT_SMOOTHING):
     reason = int8_support()
     if reason:
         raise ValueError(f"Cannot export int8: {reason}")
-    backbone.replace_denses(RangeObserver)
+    backbone.replace_layer_denses(lambda denses: [RangeObserver(dense) for dense in denses])
     for ids in batches:
         backbone(ids)
-    backbone.replace_denses(lambda observer: observer.quantized(smoothing))
+    backbone.replace_layer_denses(lambda observers: quantize_layer(observers, smoothing))
