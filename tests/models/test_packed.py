@@ -122,6 +122,42 @@ def test_traced_with_unknown_batch_and_length(tokenizer):
         np.testing.assert_allclose(encode(tf.constant(texts)).numpy(), packed(ids).numpy(), atol=1e-6)
 
 
+@pytest.mark.parametrize("streams", [2, 3])
+def test_side_by_side_sub_batches_give_every_sentence_its_own_vector(tokenizer, streams):
+    """Every `streams`-th sentence by length per sub-batch, put back in the batch's order; fewer sentences than
+    streams take the single-stream path. Traced and eager."""
+    encoder = _sentence_encoder(tokenizer)
+    packed = PackedEncoder(encoder, streams=streams)
+    encode = tf.function(lambda ids: packed(ids))
+    for texts in (TEXTS, TEXTS[1:], TEXTS[2:4], TEXTS[4:5]):
+        ids = tokenizer.tokenize(tf.constant(texts))
+        want = encoder(tokenizer.pad(ids)).numpy()
+        np.testing.assert_allclose(packed(ids).numpy(), want, atol=1e-5)
+        np.testing.assert_allclose(encode(ids).numpy(), want, atol=1e-5)
+
+
+def _op_types(concrete):
+    """The op types of a traced function, its branches' functions included."""
+    graph = concrete.graph.as_graph_def()
+    nodes = list(graph.node) + [node for function in graph.library.function for node in function.node_def]
+    return {node.op for node in nodes}
+
+
+def test_fused_norms_run_on_large_batches_and_give_the_same_states(tokenizer):
+    weights = packed_backbone.read_supported(_bert_encoder(tokenizer).backbone)[0]
+    plain = packed_backbone.PackedBackbone(weights)
+    fused = tf.function(packed_backbone.PackedBackbone(weights, fused_norms=True))
+    ids = tokenizer.tokenize(tf.constant(TEXTS * 8))
+    assert ids.flat_values.shape[0] >= packed_backbone.FUSED_NORM_MIN_TOKENS
+    try:
+        np.testing.assert_allclose(fused(ids).numpy(), plain(ids).numpy(), atol=1e-5)
+    except tf.errors.OpError as error:
+        pytest.skip(f"no oneDNN layer norm in this TensorFlow: {error.message.splitlines()[0]}")
+    np.testing.assert_allclose(fused(ids[:3]).numpy(), plain(ids[:3]).numpy(), atol=1e-5)
+    assert "_MklLayerNorm" in _op_types(fused.get_concrete_function(ids))
+    assert "_MklLayerNorm" not in _op_types(tf.function(plain).get_concrete_function(ids))
+
+
 def test_unsupported_encoders_are_named(tokenizer):
     assert packed_support(_sentence_encoder(tokenizer)) is None
     assert "'attention'" in packed_support(_sentence_encoder(tokenizer, pooling="attention"))

@@ -11,8 +11,8 @@ int8 graphs (Intel Neural Compressor's exports are made of it); `QuantizeV2`
 makes its inputs. It is in every TensorFlow build with oneDNN (the x86-64
 pip wheels), on by default on CPUs with AVX-512 and otherwise with
 `TF_ENABLE_ONEDNN_OPTS=1`; `int8_support` says whether this process runs it.
-It has no Python wrapper, so `Int8Dense` adds it to the graph being traced
-(`tf.Graph.create_op`): call it inside a `tf.function`. It fuses what
+It has no Python wrapper (`tf_msemb.models.onednn` adds it to the graph
+being traced): call `Int8Dense` inside a `tf.function`. It fuses what
 follows the sum, each saving a pass over the layer's activations: the bias,
 the weight columns' scales, GELU, the residual sum and the next matmul's
 quantization (`output_range`); it keeps the weights reordered for the CPU
@@ -34,6 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
+
+from tf_msemb.models.onednn import quantized_matmul
 
 DEFAULT_SMOOTHING = 0.8
 _TINY = 1e-8  # floor for scales of channels or columns that are all zero
@@ -70,33 +72,6 @@ class QuantizedTensor(NamedTuple):
     values: tf.Tensor
     low: float
     high: float
-
-
-def _attr(value):
-    if isinstance(value, tf.dtypes.DType):
-        return tf.compat.v1.AttrValue(type=value.as_datatype_enum)
-    if isinstance(value, bool):
-        return tf.compat.v1.AttrValue(b=value)
-    if isinstance(value, str):
-        return tf.compat.v1.AttrValue(s=value.encode())
-    types = [v.as_datatype_enum for v in value if isinstance(v, tf.dtypes.DType)]
-    strings = [v.encode() for v in value if isinstance(v, str)]
-    return tf.compat.v1.AttrValue(list=tf.compat.v1.AttrValue.ListValue(type=types, s=strings))
-
-
-def _quantized_matmul(inputs, fused_ops, output_dtype):
-    """One `_QuantizedMatMul` node: quint8 input (SCALED, its range from 0), qint8 weights with a range per column,
-    float32 bias added after the scales; its outputs (the tensor, then its range when quantized)."""
-    inputs = [tf.convert_to_tensor(t) for t in inputs]
-    outputs = [output_dtype] + ([tf.float32, tf.float32] if output_dtype != tf.float32 else [])
-    attrs = {"T1": tf.quint8, "T2": tf.qint8, "Tbias": tf.float32, "Tout": output_dtype, "U": tf.float32,
-             "Tdevice_inputs": [t.dtype for t in inputs], "Tdevice_outputs": outputs, "Thost_inputs": [],
-             "Thost_outputs": [], "fused_ops": fused_ops, "input_quant_mode": "SCALED",
-             "output_quant_mode": "MIN_FIRST", "is_weight_const": True, "is_bias_const": True,
-             "transpose_a": False, "transpose_b": False}
-    graph = tf.compat.v1.get_default_graph()
-    return graph.create_op("_QuantizedMatMul", inputs, dtypes=outputs, name="QuantizedMatMul",
-                           attrs={key: _attr(value) for key, value in attrs.items()}).outputs
 
 
 class Int8Dense(tf.Module):
@@ -156,10 +131,10 @@ class Int8Dense(tf.Module):
         inputs += [tf.cast(residual, tf.float32)] if residual is not None else []
         inputs += [0.0, high - low, -self.column_scale, self.column_scale]
         if self.output_range is None:
-            return _quantized_matmul(inputs, fused + ["Dequantize"], tf.float32)[0]
+            return quantized_matmul(inputs, fused + ["Dequantize"], tf.float32)[0]
         if residual is not None:
             raise ValueError("an Int8Dense with an output_range adds no residual")
-        values = _quantized_matmul(inputs + list(self.output_range), fused + ["Requantize"], tf.quint8)[0]
+        values = quantized_matmul(inputs + list(self.output_range), fused + ["Requantize"], tf.quint8)[0]
         return QuantizedTensor(values, *self.output_range)
 
 
