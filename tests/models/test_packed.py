@@ -136,6 +136,16 @@ def test_side_by_side_sub_batches_give_every_sentence_its_own_vector(tokenizer, 
         np.testing.assert_allclose(encode(ids).numpy(), want, atol=1e-5)
 
 
+def test_bfloat16_attention_of_a_float32_backbone(tokenizer):
+    """int8 exports' attention dtype: close to float32 states, and not them."""
+    weights = packed_backbone.read_supported(_bert_encoder(tokenizer).backbone)[0]
+    ids = tokenizer.tokenize(tf.constant(TEXTS))
+    full = packed_backbone.PackedBackbone(weights)(ids).numpy()
+    half = packed_backbone.PackedBackbone(weights, attention_dtype="bfloat16")(ids).numpy()
+    cosines = (full * half).sum(axis=1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
+    assert half.dtype == np.float32 and cosines.min() > 0.999 and not np.array_equal(full, half)
+
+
 def _op_types(concrete):
     """The op types of a traced function, its branches' functions included."""
     graph = concrete.graph.as_graph_def()

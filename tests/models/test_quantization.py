@@ -73,6 +73,18 @@ def test_one_int8_dense_serves_batches_of_any_size():
 
 
 @needs_int8
+def test_a_bfloat16_output_is_the_float32_output_rounded():
+    # What the query-key-value matmul writes for bfloat16 attention: the same sums, rounded once (a float32
+    # output returned as it is, or a bfloat16 one cast from something else, fails).
+    kernel, bias, x = _layer()
+    layer = dict(kernel=kernel, bias=bias, x=x, smoothing=0.8)
+    full = tf.function(_int8(**layer))(tf.constant(x))
+    half = tf.function(_int8(**layer, output_dtype=tf.bfloat16))(tf.constant(x))
+    assert half.dtype == tf.bfloat16
+    np.testing.assert_array_equal(tf.cast(half, tf.float32).numpy(), tf.cast(tf.cast(full, tf.bfloat16), tf.float32))
+
+
+@needs_int8
 def test_inputs_that_never_reach_zero_keep_their_zero_point():
     # QuantizeV2 widens a range to hold 0: an input on [5, 9] is quantized on [0, 9]. A bias compensated with the
     # calibrated minimum (5) instead is off by 5 times each column's sum.

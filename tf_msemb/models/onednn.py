@@ -39,7 +39,7 @@ def quantized_matmul(inputs, fused_ops, output_dtype):
     """One `_QuantizedMatMul` (the op of TensorFlow's int8 graphs): quint8 input (SCALED, its range from 0),
     qint8 weights with a range per column, float32 bias; `fused_ops` after the sum. Its outputs: the tensor,
     then its range when `output_dtype` is quantized."""
-    outputs = [output_dtype] + ([tf.float32, tf.float32] if output_dtype != tf.float32 else [])
+    outputs = [output_dtype] + ([tf.float32, tf.float32] if output_dtype.is_quantized else [])
     attrs = {"T1": tf.quint8, "T2": tf.qint8, "Tbias": tf.float32, "Tout": output_dtype, "U": tf.float32,
              "Tdevice_inputs": [tf.convert_to_tensor(t).dtype for t in inputs], "Tdevice_outputs": outputs,
              "Thost_inputs": [], "Thost_outputs": [], "fused_ops": fused_ops, "input_quant_mode": "SCALED",

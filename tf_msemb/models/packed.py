@@ -84,9 +84,10 @@ class PackedEncoder(tf.Module):
         if compute_dtype == "int8":
             if calibration is None:
                 raise ValueError("An int8 PackedEncoder needs calibration batches.")
-            # int8 graphs need oneDNN's kernels anyway: its layer norm too.
+            # int8 graphs need oneDNN's kernels anyway: its layer norm too. Attention in bfloat16: int8 MiniLM
+            # 1,379 against 1,341 sentences/s (one process, interleaved), min cosine to float32 0.9938 against 0.9940.
             self.backbone = PackedBackbone(weights["backbone"], "float32", attention_groups=INFERENCE_ATTENTION_GROUPS,
-                                           fused_norms=True)
+                                           fused_norms=True, attention_dtype="bfloat16")
             quantize_backbone(self.backbone, calibration, smoothing)
         else:
             self.backbone = PackedBackbone(weights["backbone"], compute_dtype, frozen_cast=True,

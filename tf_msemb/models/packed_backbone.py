@@ -359,12 +359,15 @@ class PackedBackbone(tf.Module):
         fused_norms: inference layer norms of large batches on oneDNN's
             kernel (`_layer_norm`); the graph then needs oneDNN's ops, as
             int8 ones do.
+        attention_dtype: dtype attention runs in, if not `compute_dtype`
+            (int8 exports: bfloat16, which their query-key-value matmul writes).
     """
 
     def __init__(self, weights, compute_dtype="float32", frozen_cast=False, attention_groups=1, fused_norms=False,
-                 name=None):
+                 attention_dtype=None, name=None):
         super().__init__(name=name)
         self.compute_dtype = tf.as_dtype(compute_dtype)
+        self.attention_dtype = tf.as_dtype(attention_dtype or compute_dtype)
         self.frozen_cast = frozen_cast
         self.attention_groups = attention_groups
         self.fused_norms = fused_norms
@@ -438,10 +441,10 @@ class PackedBackbone(tf.Module):
         """The `AttentionGroup`s of length-sorted `ids`."""
         heads = self.layers[0]["heads"] if self.layers else 1
         if self.attention_groups == 1:
-            return [AttentionGroup.of(ids, self.compute_dtype, heads)]
+            return [AttentionGroup.of(ids, self.attention_dtype, heads)]
         batch, count = ids.nrows(out_type=tf.int32), self.attention_groups
         bounds = [batch * g // count for g in range(count + 1)]
-        return [AttentionGroup.of(ids[start:end], self.compute_dtype, heads, tf.cast(ids.row_splits[start], tf.int32))
+        return [AttentionGroup.of(ids[start:end], self.attention_dtype, heads, tf.cast(ids.row_splits[start], tf.int32))
                 for start, end in zip(bounds, bounds[1:])]
 
     def __call__(self, ids, training=False):
@@ -453,7 +456,7 @@ class PackedBackbone(tf.Module):
         x = _dropout(_layer_norm(x, self.embeddings_norm, fused), self.embeddings_dropout, training)
         groups = self._attention_groups(ids)
         for layer in self.layers:
-            qkv = layer["qkv"](x)
+            qkv = tf.cast(layer["qkv"](x), self.attention_dtype)
             attended = [self._attention(qkv, layer, group, training) for group in groups]
             attended = attended[0] if len(groups) == 1 else tf.concat(attended, axis=0)
             x = _layer_norm(_residual(layer["attention_output"], attended, x, layer["dropout"]["attention"], training),

@@ -3,8 +3,9 @@
 Each of a layer's four matmuls (`LAYER_DENSES`) becomes an `Int8Dense`:
 unsigned 8-bit activations on one calibrated range per tensor, signed 8-bit
 weights with one scale per output column, 32-bit integer sums (VNNI on
-AVX512-VNNI CPUs) dequantized in the same op. Embeddings, attention, layer
-norms and pooling stay float32.
+AVX512-VNNI CPUs) dequantized in the same op. Attention runs in bfloat16,
+which the query-key-value matmul writes; embeddings, layer norms and pooling
+stay float32.
 
 The op is TensorFlow's `_QuantizedMatMul`, the one its oneDNN kernels run for
 int8 graphs (Intel Neural Compressor's exports are made of it); `QuantizeV2`
@@ -86,12 +87,14 @@ class Int8Dense(tf.Module):
             quantized (SmoothQuant's `1 / s`; the kernel's rows hold `s`), or None.
         activation: a `POST_OPS` name applied to the sum, or None.
         output_range: `(low, high)`: the output is a `QuantizedTensor` on this
-            range (the next `Int8Dense`'s input), not float32.
+            range (the next `Int8Dense`'s input), not float.
+        output_dtype: the float output's dtype (float32 or bfloat16).
     Called with a float32 tensor or a `QuantizedTensor` on `input_range`,
     and an optional float32 `residual` added to the output.
     """
 
-    def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None, name=None):
+    def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
+                 output_dtype=tf.float32, name=None):
         super().__init__(name=name)
         kernel = np.asarray(kernel, np.float64)
         column_scale = np.maximum(np.abs(kernel).max(axis=0), _TINY)
@@ -108,6 +111,7 @@ class Int8Dense(tf.Module):
                                 trainable=False)
         self.post_op = POST_OPS[activation] if activation else None
         self.output_range = None if output_range is None else quantization_range(*output_range)
+        self.output_dtype = tf.as_dtype(output_dtype)
 
     def quantize(self, x):
         """`x` (float, before `input_scale`) as this layer's input `QuantizedTensor`."""
@@ -131,7 +135,7 @@ class Int8Dense(tf.Module):
         inputs += [tf.cast(residual, tf.float32)] if residual is not None else []
         inputs += [0.0, high - low, -self.column_scale, self.column_scale]
         if self.output_range is None:
-            return quantized_matmul(inputs, fused + ["Dequantize"], tf.float32)[0]
+            return quantized_matmul(inputs, fused + ["Dequantize"], self.output_dtype)[0]
         if residual is not None:
             raise ValueError("an Int8Dense with an output_range adds no residual")
         values = quantized_matmul(inputs + list(self.output_range), fused + ["Requantize"], tf.quint8)[0]
@@ -173,9 +177,9 @@ def _smoothed(observer, alpha, kernel=None):
     return smooth(kernel, observer.low, observer.high, alpha)
 
 
-def quantize_layer(observers, alpha):
+def quantize_layer(observers, alpha, attention_dtype=tf.float32):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
-    `output`), from the `RangeObserver`s that ran in their places."""
+    `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`."""
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
     # combination of value rows) comes out divided.
@@ -185,7 +189,7 @@ def quantize_layer(observers, alpha):
     fused_qkv_kernel, qkv_inverse, qkv_range = _smoothed(qkv, alpha, qkv_kernel * value_scale)
     gelu_range = (np.min(output.low), np.max(output.high))
     inter_kernel, inter_inverse, inter_range = _smoothed(intermediate, alpha)
-    return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse),
+    return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype),
             Int8Dense(kernel, attention_output.weights()[1], input_range),
             Int8Dense(inter_kernel, intermediate.weights()[1], inter_range, inter_inverse,
                       activation=intermediate.dense.activation, output_range=gelu_range),
@@ -204,4 +208,4 @@ def quantize_backbone(backbone, batches, smoothing=DEFAULT_SMOOTHING):
     backbone.replace_layer_denses(lambda denses: [RangeObserver(dense) for dense in denses])
     for ids in batches:
         backbone(ids)
-    backbone.replace_layer_denses(lambda observers: quantize_layer(observers, smoothing))
+    backbone.replace_layer_denses(lambda observers: quantize_layer(observers, smoothing, backbone.attention_dtype))
