@@ -106,13 +106,13 @@ class PackedEncoder(tf.Module):
         def side_by_side():
             order = tf.argsort(ids.row_lengths(), stable=True)
             parts = [order[stream::self.streams] for stream in range(self.streams)]
-            encoded = tf.concat([self._encode(tf.gather(ids, part)) for part in parts], axis=0)
+            encoded = tf.concat([self._encode(tf.gather(ids, part), sorted_by_length=True) for part in parts], axis=0)
             return tf.gather(encoded, tf.math.invert_permutation(tf.concat(parts, axis=0)))
 
         return tf.cond(batch >= self.streams, side_by_side, lambda: self._encode(ids))
 
-    def _encode(self, ids):
-        x = self.backbone(ids)
+    def _encode(self, ids, sorted_by_length=False):
+        x = self.backbone(ids, sorted_by_length=sorted_by_length)
         pooled = self._pool(x, ids)
         pooled = l2_normalize(pooled) if self.normalize else pooled
         return pooled if self.projection is None else tf.cast(self.projection(pooled), tf.float32)

@@ -447,8 +447,9 @@ class PackedBackbone(tf.Module):
         return [AttentionGroup.of(ids[start:end], self.attention_dtype, heads, tf.cast(ids.row_splits[start], tf.int32))
                 for start, end in zip(bounds, bounds[1:])]
 
-    def __call__(self, ids, training=False):
-        ids, back = self._by_length(ids)
+    def __call__(self, ids, training=False, sorted_by_length=False):
+        """`sorted_by_length`: the caller has sorted `ids` (shortest first), so they are not sorted again."""
+        ids, back = (ids, None) if sorted_by_length else self._by_length(ids)
         x = tf.gather(self.token_table, ids.flat_values) + tf.gather(self.position_table, positions(ids))
         if self.constant_row is not None:
             x += self.constant_row
