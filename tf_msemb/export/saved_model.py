@@ -193,8 +193,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     `"int8"` runs the layers' matmuls on 8-bit integers (packed only; see
     `tf_msemb.models.quantization`), calibrated on the first
     `calibration_sentences` lines of `calibration_file` with SmoothQuant's
-    `smoothing`: all-MiniLM-L6-v2 at cosine 0.994 or more to float32 and
-    2.4 times its throughput on two AVX512-VNNI cores (1,108 vs 459 sentences/s);
+    `smoothing`: all-MiniLM-L6-v2 at cosine 0.993 or more to float32 and
+    2.7 times its throughput on two AVX512-VNNI cores (1,304 vs 486 sentences/s);
     loading it needs TensorFlow's oneDNN kernels (on by default on CPUs with
     AVX-512). The module's `precision`
     attribute names the compute precision, `calibration` the int8 settings.
