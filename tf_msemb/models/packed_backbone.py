@@ -327,10 +327,10 @@ class AttentionGroup(NamedTuple):
         length = tf.maximum(tf.reduce_max(lengths), 0)  # 0 for a group without sentences
         last = tf.maximum(lengths - 1, 0)
         cells = first_token + starts[:, None] + tf.minimum(tf.range(length), last[:, None])
-        rows, head = tf.cast(ids.value_rowids(), tf.int32), tf.range(heads)
-        token_cells = rows * length + positions(ids)
+        rows, head, position = tf.cast(ids.value_rowids(), tf.int32), tf.range(heads), positions(ids)
+        token_cells = rows * length + position
         grid_rows = cells[:, None, :] * (3 * heads) + head[None, :, None]
-        token_rows = (rows[:, None] * heads + head) * length + positions(ids)[:, None]
+        token_rows = (rows[:, None] * heads + head) * length + position[:, None]
         very_negative = -3e4 if compute_dtype == tf.float16 else -1e9
         key_bias = tf.where(tf.sequence_mask(lengths, length), 0.0, very_negative)
         return cls(cells, token_cells, grid_rows, token_rows, tf.cast(key_bias, compute_dtype)[:, None, None, :])
