@@ -123,7 +123,9 @@ def test_packed_training_applies_the_layers_dropout(tokenizer, make):
 
 def test_dropout_noise_has_the_padded_paths_strength(tokenizer):
     """The mean squared deviation from inference over many draws matches the padded path's (a rate read wrong, or
-    a dropout left out, moves it by far more than the 15 % allowed)."""
+    a dropout left out, moves it by far more than the 15 % allowed). Seeded: with 60 draws the ratio itself varies
+    by several percent from run to run (one unseeded run gave 1.157)."""
+    keras.utils.set_random_seed(0)
     encoder = _sentence_encoder(tokenizer, dropout=0.2)
     batch = tokenizer(tf.constant(TEXTS))
     inference = encoder(batch, training=False).numpy()
