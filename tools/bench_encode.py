@@ -30,6 +30,11 @@ a peer interpreter the table has our rows only.
 
 Every row's vectors are compared with the reference row (the peer's `torch`
 float32 row when it runs, else the first model): minimum and mean cosine.
+
+`--intra_op_threads` may repeat: each model then gets a row per setting
+(`intra 1`, `intra TF` for TensorFlow's default). A packed export's
+side-by-side sub-batches run fastest with intra-op threads at cores / streams
+(README, "Serving threads").
 """
 
 import hashlib
@@ -64,7 +69,8 @@ flags.DEFINE_integer("passes", 2, "Timed passes over the sentences (throughput).
 flags.DEFINE_list("measure", ["throughput", "latency"], f"Which of {', '.join(MEASURES)} to run.")
 flags.DEFINE_integer("latency_requests", 200, "Timed requests of each size (latency).")
 flags.DEFINE_integer("traffic_requests", 1000, "Requests of 1-64 sentences (traffic).")
-flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads inside one op (0: default).")
+flags.DEFINE_multi_integer("intra_op_threads", [0], "TensorFlow threads inside one op (0: default); repeat for a "
+                           "row of each model per setting.")
 flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow ops run concurrently (0: default).")
 flags.DEFINE_string("peer_python", sys.executable, "Interpreter with sentence-transformers for the peer rows.")
 flags.DEFINE_string("peer_model", None, "sentence-transformers model directory (default: packaged all-MiniLM-L6-v2).")
@@ -95,7 +101,7 @@ def run_child(mode):
     from tf_msemb.evaluation.encoding import load_model
     from tf_msemb.runtime import set_threads
 
-    set_threads(FLAGS.intra_op_threads, FLAGS.inter_op_threads)
+    set_threads(FLAGS.intra_op_threads[0], FLAGS.inter_op_threads)
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
     model = load_model(FLAGS.model[0])
     if mode == "throughput":
@@ -135,17 +141,21 @@ class Contender:
 def _ours():
     common = [f"--limit={FLAGS.limit}", f"--max_words={FLAGS.max_words}", f"--batch_size={FLAGS.batch_size}",
               f"--passes={FLAGS.passes}", f"--latency_requests={FLAGS.latency_requests}",
-              f"--traffic_requests={FLAGS.traffic_requests}", f"--intra_op_threads={FLAGS.intra_op_threads}",
-              f"--inter_op_threads={FLAGS.inter_op_threads}", *(f"--input={path}" for path in FLAGS.input)]
+              f"--traffic_requests={FLAGS.traffic_requests}", f"--inter_op_threads={FLAGS.inter_op_threads}",
+              *(f"--input={path}" for path in FLAGS.input)]
+    settings = list(dict.fromkeys(FLAGS.intra_op_threads))
     contenders = []
     for model in FLAGS.model:
         name = "tf_msemb" if len(FLAGS.model) == 1 else f"tf_msemb:{os.path.basename(os.path.normpath(model))}"
+        for threads in settings:
+            suffix = f" intra {threads or 'TF'}" if settings != [0] else ""
 
-        def measure(mode, vectors, model=model):
-            return run_json([sys.executable, __file__, f"--child={mode}", f"--model={model}", f"--vectors={vectors}",
-                             *common], f"{mode} of {model}")
+            def measure(mode, vectors, model=model, threads=threads):
+                return run_json([sys.executable, __file__, f"--child={mode}", f"--model={model}",
+                                 f"--vectors={vectors}", f"--intra_op_threads={threads}", *common],
+                                f"{mode} of {model}")
 
-        contenders.append(Contender(name, measure))
+            contenders.append(Contender(name + suffix, measure))
     return contenders
 
 
@@ -186,12 +196,12 @@ def _print_tables(contenders, sentences):
     max_words = FLAGS.max_words or "-"
     if "throughput" in FLAGS.measure:
         reference = next((c for c in contenders if c.name == "st:torch"), contenders[0])
-        print(f"{'encoder':<26} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} "
+        print(f"{'encoder':<36} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} "
               f"{'sentences/s':>12} {'peak RSS MiB':>13} {'min cos':>8} {'mean cos':>9}")
         for c in contenders:
             r = c.results["throughput"]
             low, mean = _cosines(c.vectors, reference.vectors)
-            print(f"{c.name:<26} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {mean_words:>11.1f} "
+            print(f"{c.name:<36} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {mean_words:>11.1f} "
                   f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f} {low:>8.5f} {mean:>9.5f}")
         print(f"(cosines to {reference.name}'s vectors)")
         ours = [c for c in contenders if c.name.startswith("tf_msemb")]
@@ -216,9 +226,9 @@ def _print_tables(contenders, sentences):
 
 def _print_table(contenders, mode, columns):
     """One row per contender from its `mode` results; `columns` are (title, width, result -> cell text)."""
-    print("\n" + f"{'encoder':<26}" + "".join(f" {title:>{width}}" for title, width, _ in columns))
+    print("\n" + f"{'encoder':<36}" + "".join(f" {title:>{width}}" for title, width, _ in columns))
     for c in contenders:
-        print(f"{c.name:<26}" + "".join(f" {cell(c.results[mode]):>{width}}" for _, width, cell in columns))
+        print(f"{c.name:<36}" + "".join(f" {cell(c.results[mode]):>{width}}" for _, width, cell in columns))
 
 
 def _benchmark(work):

@@ -13,6 +13,7 @@ inference on padded batches instead of the real tokens only, and
 `--precision=int8` runs the layers' matmuls on 8-bit integers, calibrated on
 the first `--calibration_sentences` lines of `--calibration_file` (see
 `tf_msemb.models.quantization`; needs TensorFlow's oneDNN kernels).
+`--streams` sets how many sub-batches a packed export runs side by side.
 """
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
@@ -20,6 +21,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.models.packed import INFERENCE_STREAMS
 from tf_msemb.models.pretrained import load_pretrained
 
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
@@ -30,6 +32,8 @@ flags.DEFINE_string("calibration_file", None, "int8: text file of sentences like
 flags.DEFINE_integer("calibration_sentences", 300, "int8: how many of its lines calibrate the ranges.")
 flags.DEFINE_integer("sub_batch_size", 32, "Length-sorted sub-batch size for padded batches (0: off).")
 flags.DEFINE_bool("packed", True, "Inference on the real tokens only (--nopacked: padded batches).")
+flags.DEFINE_integer("streams", INFERENCE_STREAMS, "Packed: sub-batches run side by side (serve with intra-op threads "
+                     "at cores / streams).")
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
 
@@ -40,7 +44,7 @@ def main(argv):
     int8 = {"calibration_file": FLAGS.calibration_file,
             "calibration_sentences": FLAGS.calibration_sentences} if FLAGS.precision == "int8" else {}
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
-                              sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, **int8)
+                              sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams, **int8)
     print(f"Exported SavedModel: {path}")
 
 

@@ -222,8 +222,19 @@ def test_packed_bfloat16_export_stays_close_to_float32(packed_exported, tokenize
     assert metadata["inference"] == "packed" and metadata["compute_precision"] == "mixed_bfloat16"
 
 
-def test_one_thread_gives_the_same_vectors(exported, tmp_path):
-    path, _ = exported
+def test_side_by_side_streams_are_an_export_option_with_the_same_vectors(packed_exported, tokenizer, tmp_path):
+    path, encoder = packed_exported
+    default = tf.saved_model.load(path)(tf.constant(MIXED)).numpy()
+    assert json.loads(open(os.path.join(path, "tf_msemb_export.json")).read())["packed_streams"] == 2
+    for streams in (1, 3):
+        other = export_saved_model(tokenizer, encoder, str(tmp_path / str(streams)), streams=streams)
+        assert json.loads((tmp_path / str(streams) / "tf_msemb_export.json").read_text())["packed_streams"] == streams
+        np.testing.assert_allclose(tf.saved_model.load(other)(tf.constant(MIXED)).numpy(), default, atol=1e-5)
+
+
+@pytest.mark.parametrize("fixture", ["exported", "packed_exported"])
+def test_one_thread_gives_the_same_vectors(fixture, request, tmp_path):
+    path, _ = request.getfixturevalue(fixture)
     out = tmp_path / "one_thread.npy"
     script = textwrap.dedent(
         f"""

@@ -42,8 +42,10 @@ def assert_two_replicas_match_one(make_model, batch, strategy, steps=1):
         return {k: strategy.reduce("MEAN", v, axis=None) for k, v in logs.items()}
 
     mirrored_logs = [step(distributed) for _ in range(steps)]
-    for single_step, mirrored_step in zip(single_logs, mirrored_logs):
-        assert float(mirrored_step["loss"]) == pytest.approx(float(single_step["loss"]), abs=1e-5)
+    losses = [(float(s["loss"]), float(m["loss"])) for s, m in zip(single_logs, mirrored_logs)]
+    for step_index, (single_loss, mirrored_loss) in enumerate(losses):
+        assert mirrored_loss == pytest.approx(single_loss, abs=1e-5), (
+            f"step {step_index}; (single, mirrored) losses: {losses}")
     after = single.get_weights()
     assert any(not np.allclose(a, b) for a, b in zip(after, initial)), "the step moved no weight"
     scale = max(np.abs(w - w0).max() for w, w0 in zip(after, initial))

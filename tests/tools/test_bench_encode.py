@@ -47,6 +47,15 @@ def test_latency_and_varied_traffic_rows_for_each_model(quickstart_run, tmp_path
     assert "sentences/s" not in out.split("b1 p50")[0]  # no throughput table
 
 
+def test_a_row_of_each_model_per_intra_op_thread_setting(quickstart_run, tmp_path):
+    work, _ = quickstart_run
+    out = run([f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model", "--limit=100",
+               "--batch_size=16", "--passes=1", "--measure=throughput", "--nopeer", "--intra_op_threads=0",
+               "--intra_op_threads=1"], tmp_path)
+    assert _row(out, "tf_msemb intra TF")[4] == pytest.approx(1.0, abs=1e-5)
+    assert _row(out, "tf_msemb intra 1")[4] == pytest.approx(1.0, abs=1e-5)
+
+
 def test_says_when_the_peer_side_is_missing(quickstart_run, tmp_path):
     work, _ = quickstart_run
     out = run([f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model", "--limit=20",

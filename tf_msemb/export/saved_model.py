@@ -30,6 +30,7 @@ from tf_msemb.export.serving import WARMUP_FILE
 from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.packed import INFERENCE_STREAMS
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
 from tf_msemb.models.precision import with_precision
@@ -120,7 +121,7 @@ class EmbeddingModule(tf.Module):
 
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
-                    inference="padded", selection=None, calibration=None):
+                    inference="padded", selection=None, calibration=None, streams=None):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
     return {
         "format": "tf_msemb raw-string SavedModel",
@@ -137,6 +138,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "compute_precision": precision,
         "int8_calibration": calibration,
         "inference": inference,
+        "packed_streams": streams,
         "length_sorted_sub_batch": sub_batch_size or None,
         "tokenizer": {
             "class": type(tokenizer).__name__,
@@ -154,7 +156,7 @@ def _calibration_batches(tokenizer, path, count, batch_size=64):
             for start in range(0, len(sentences), batch_size)]
 
 
-def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, smoothing):
+def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, smoothing, streams):
     """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file`."""
     if not calibration_file:
         raise ValueError("precision 'int8' needs a calibration_file: a text file of sentences like those the export "
@@ -163,21 +165,21 @@ def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, sm
     if reason:
         raise ValueError(f"precision 'int8' runs packed only, and this encoder cannot be packed: {reason}.")
     batches = _calibration_batches(tokenizer, calibration_file, calibration_sentences)
-    return PackedEncoder(encoder, "int8", calibration=batches, smoothing=smoothing)
+    return PackedEncoder(encoder, "int8", calibration=batches, smoothing=smoothing, streams=streams)
 
 
-def _packed(encoder, precision):
+def _packed(encoder, precision, streams):
     """A `PackedEncoder` of `encoder` computing in `precision`'s compute dtype, or None (logged) when unsupported."""
     reason = packed_support(encoder)
     if reason:
         logging.warning("Inference runs on padded batches: %s.", reason)
         return None
-    return PackedEncoder(encoder, keras.DTypePolicy(precision).compute_dtype)
+    return PackedEncoder(encoder, keras.DTypePolicy(precision).compute_dtype, streams=streams)
 
 
 @gin.configurable(denylist=["tokenizer", "encoder"])
 def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True, calibration_file=None,
-                     calibration_sentences=300, smoothing=DEFAULT_SMOOTHING):
+                     calibration_sentences=300, smoothing=DEFAULT_SMOOTHING, streams=INFERENCE_STREAMS):
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
@@ -194,19 +196,24 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     `tf_msemb.models.quantization`), calibrated on the first
     `calibration_sentences` lines of `calibration_file` with SmoothQuant's
     `smoothing`: all-MiniLM-L6-v2 at cosine 0.993 or more to float32 and
-    2.7 times its throughput on two AVX512-VNNI cores (1,304 vs 486 sentences/s);
+    2.7 times its throughput on two AVX512-VNNI cores (1,542 vs 570 sentences/s
+    at intra-op threads 1);
     loading it needs TensorFlow's oneDNN kernels (on by default on CPUs with
-    AVX-512). The module's `precision`
-    attribute names the compute precision, `calibration` the int8 settings.
+    AVX-512). `streams`: side-by-side sub-batches of a packed export
+    (`PackedEncoder.streams`, exact); serve it with TensorFlow's intra-op
+    threads at cores / streams (README, "Serving threads").
+    The module's `precision` attribute names the compute precision,
+    `calibration` the int8 settings.
     """
     if precision == "int8":
         if not packed:
             raise ValueError("precision 'int8' runs packed only: drop packed=False.")
         computing = ensure_built(encoder)
-        packed_encoder = _int8_packed(tokenizer, computing, calibration_file, calibration_sentences, smoothing)
+        packed_encoder = _int8_packed(tokenizer, computing, calibration_file, calibration_sentences, smoothing,
+                                      streams)
     else:
         computing = ensure_built(with_precision(encoder, precision))
-        packed_encoder = _packed(computing, precision) if packed else None
+        packed_encoder = _packed(computing, precision, streams) if packed else None
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder)
     module.precision = precision
     module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
@@ -227,7 +234,8 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     write_warmup_requests(path)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
-                                  "packed" if module.packed is not None else "padded", selection, module.calibration),
+                                  "packed" if module.packed is not None else "padded", selection, module.calibration,
+                                  module.packed.streams if module.packed is not None else None),
                   f, indent=2, default=str)
     return path
 
