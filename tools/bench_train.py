@@ -9,6 +9,7 @@ is the config as written; `live` binds a live teacher
 (`MultilingualDistillation.teacher`) and reads `--live_corpus` (records
 without teacher vectors). The rate excludes start-up and tracing (it starts
 after the first logged step). Extra `--gin_param`s apply to every variant.
+`--intra_op_threads` may repeat: a row of each variant per setting.
 
 When `--peer_python` (default: this interpreter) has the optional `bench`
 extra, the same recipe also runs in sentence-transformers
@@ -42,6 +43,8 @@ flags.DEFINE_integer("steps", 40, "Measured steps (after 10 warm-up steps).")
 flags.DEFINE_multi_enum("variant", ["precomputed"], ["precomputed", "live"], "Teacher variants to run.")
 flags.DEFINE_string("live_corpus", None, "Corpus without teacher vectors, for the live variant.")
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher of the live variant.")
+flags.DEFINE_multi_integer("intra_op_threads", [0], "TensorFlow threads inside one op (0: default); repeat for a "
+                           "row of each variant per setting.")
 flags.DEFINE_string("peer_python", sys.executable, "Interpreter with the `bench` extra for the peer side.")
 flags.DEFINE_string("peer_model", None, "sentence-transformers student (default: packaged all-MiniLM-L6-v2).")
 flags.DEFINE_bool("peer", True, "Run the sentence-transformers side when it is installed.")
@@ -66,8 +69,10 @@ def _variant_bindings(variant):
 def run_child():
     """Trains WARMUP + steps in this process; prints throughput and peak RSS as JSON."""
     from tf_msemb.config import parse_config
+    from tf_msemb.runtime import set_threads
     from tf_msemb.training.trainer import train
 
+    set_threads(FLAGS.intra_op_threads[0])
     parse_config(FLAGS.gin_file, FLAGS.gin_param)
     with tempfile.TemporaryDirectory() as model_dir:
         result = train(
@@ -127,11 +132,15 @@ def main(argv):
         run_child()
         return
     rows = []
+    settings = list(dict.fromkeys(FLAGS.intra_op_threads))
     for variant in FLAGS.variant:
-        command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}", f"--steps={FLAGS.steps}"]
-        command += [f"--gin_file={f}" for f in FLAGS.gin_file]
-        command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
-        rows.append((variant, run_json(command, f"variant {variant}")))
+        for threads in settings:
+            command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}",
+                       f"--steps={FLAGS.steps}", f"--intra_op_threads={threads}"]
+            command += [f"--gin_file={f}" for f in FLAGS.gin_file]
+            command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
+            name = variant + (f" intra {threads or 'TF'}" if settings != [0] else "")
+            rows.append((name, run_json(command, f"variant {name}")))
     if FLAGS.peer and peer_available(FLAGS.peer_python):
         with tempfile.TemporaryDirectory() as work:
             pairs = os.path.join(work, "pairs.jsonl")
@@ -144,9 +153,9 @@ def main(argv):
                 print("(sentence-transformers side skipped: the recipe has no precomputed teacher vectors)")
     elif FLAGS.peer:
         print(missing_note(FLAGS.peer_python))
-    print(f"{'variant':<22} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
+    print(f"{'variant':<24} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
     for variant, r in rows:
-        print(f"{variant:<22} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
+        print(f"{variant:<24} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
     if rows[-1][0] == "sentence-transformers":
         theirs = rows[-1][1]["pairs_per_second"]
         for variant, r in rows[:-1]:

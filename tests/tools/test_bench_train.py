@@ -17,3 +17,12 @@ def test_prints_throughput_and_peak_rss(tmp_path, spm_model, quickstart_records)
     assert "sentence-transformers side skipped" in out  # the quickstart recipe has no precomputed teacher
     assert row, out
     assert float(row.group(1)) > 0 and int(row.group(2)) > 100
+
+
+def test_a_row_of_each_variant_per_intra_op_thread_setting(tmp_path, spm_model, quickstart_records):
+    out = run([f"{REPO}/tools/bench_train.py", f"--gin_file={REPO}/configs/quickstart.gin", "--batch_size=8", "--steps=5",
+               f"--gin_param=SentencePieceTokenizer.model_file = '{spm_model}'",
+               f"--gin_param=make_dataset.corpora = ['{quickstart_records}']",
+               "--gin_param=SentenceEncoder.num_layers = 1", "--intra_op_threads=0", "--intra_op_threads=1"], tmp_path)
+    for name in ("precomputed intra TF", "precomputed intra 1"):
+        assert re.search(rf"^{name}\s+8\s+[\d.]+\s+\d+$", out, flags=re.M), out
