@@ -103,7 +103,8 @@ DENSE_ROLES = ("query", "key", "value", "attention_output", "intermediate", "out
 LAYER_DENSES = ("qkv", "attention_output", "intermediate", "output")
 NORM_ROLES = ("attention_norm", "output_norm")
 # Token count from which `onednn.layer_norm` beats elementwise ops at MiniLM's width (384), a call each: oneDNN 0.52
-# and elementwise 0.58 ms at 256 rows, 0.56 and 0.31 ms at 64 (its kernel's fixed cost).
+# and elementwise 0.58 ms at 256 rows, 0.56 and 0.31 ms at 64 at TensorFlow's default intra-op threads (at 1, a
+# 500-row call takes about 0.08 ms: most of the 0.5 ms is waiting for the intra-op pool).
 FUSED_NORM_MIN_TOKENS = 256
 
 
