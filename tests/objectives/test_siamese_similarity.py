@@ -27,6 +27,9 @@ def test_sts_regression_learns_identical_vs_unrelated(tokenizer, tmp_path):
         rows.append(f"g\tf\t0\t{i}\t0.0\t{a} schläft.\tThe stock market fell sharply today.\n")
     path = tmp_path / "sts.tsv"
     path.write_text("".join(rows))
+    # Seeded: unseeded, the initialization depended on the tests run before it in the worker, and one in three
+    # runs of tests/objectives failed once. Seeds 0-11 end at 0.04-0.17 of the first loss.
+    keras.utils.set_random_seed(0)
     model = SiameseSimilarity(SentenceEncoder(tokenizer.vocabulary_size, **TINY), task="sts")
     logs = _train(model, make_labeled_dataset(str(path), tokenizer, 12), 40)
     assert float(logs[-1]["loss"]) < 0.5 * float(logs[0]["loss"])
@@ -38,6 +41,7 @@ def test_nli_classifier_trains(tokenizer, tmp_path):
             for i in range(16)]
     path = tmp_path / "nli.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    keras.utils.set_random_seed(0)  # as above: the initialization would depend on the tests run before
     model = SiameseSimilarity(SentenceEncoder(tokenizer.vocabulary_size, **TINY), task="nli")
     logs = _train(model, make_labeled_dataset(str(path), tokenizer, 8, format="nli_jsonl"), 40)
     assert float(logs[-1]["accuracy"]) > 0.9
