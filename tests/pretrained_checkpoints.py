@@ -1,10 +1,17 @@
 """The tiny Hugging Face checkpoints of tests/fixtures/pretrained, and wider copies of them for width tests."""
 
+import base64
+import glob
+import io
 import json
 import os
 import shutil
 
 import numpy as np
+import sentencepiece
+from sentencepiece import sentencepiece_model_pb2
+
+from tf_msemb.quickstart import CORPUS_DIR
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "pretrained")
 NAMES = ["bert_wordpiece_uncased", "bert_wordpiece_cased", "distilbert", "bert_sentencepiece", "xlm_roberta",
@@ -48,4 +55,44 @@ def widened(name, target, width, seed=0):
         values = rng.normal(0.0, 0.2, shape).astype(np.float32)
         tensors[tensor_name] = values + 1.0 if "LayerNorm.weight" in tensor_name else values
     save_file(tensors, weights_file, metadata={"format": "pt"})
+    return str(target)
+
+
+def xlm_roberta_unknown_at_three(target):
+    """A copy of checkpoint `xlm_roberta` in `target` whose `sentencepiece.bpe.model` was trained with
+    `bos_id=0, pad_id=1, eos_id=2, unk_id=3`, beside the `tokenizer.json` transformers writes for it; returns it.
+
+    transformers' XLM-R converter lays the vocabulary out as `<s>`, `<pad>`,
+    `</s>`, `<unk>` (`unk_id` 3), then the model's pieces from its id 3 on
+    (so its own `<unk>` again, at 4), then `<mask>`: fairseq's piece i -> i + 1
+    holds for every piece but the unknown one. The file is the fixture
+    `xlm_roberta_tokenizer_json`'s (as transformers 5 wrote it) with this
+    model's pieces, scores and normalization table. Trained on the quickstart
+    corpus, well under a second.
+    """
+    shutil.copytree(checkpoint("xlm_roberta"), target)
+    lines = []
+    for path in sorted(glob.glob(os.path.join(CORPUS_DIR, "train.*.txt"))):
+        with open(path, encoding="utf-8") as f:
+            lines += f.read().splitlines()
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=400, model_type="unigram",
+        bos_id=0, pad_id=1, eos_id=2, unk_id=3, character_coverage=1.0, normalization_rule_name="nmt_nfkc",
+        num_threads=1, minloglevel=2)
+    with open(os.path.join(target, "sentencepiece.bpe.model"), "wb") as f:
+        f.write(model.getvalue())
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model.getvalue())
+    with open(os.path.join(FIXTURES, "xlm_roberta_tokenizer_json", "tokenizer.json"), encoding="utf-8") as f:
+        document = json.load(f)
+    vocab = [["<s>", 0.0], ["<pad>", 0.0], ["</s>", 0.0], ["<unk>", 0.0]]
+    vocab += [[piece.piece, piece.score] for piece in proto.pieces[3:]] + [["<mask>", 0.0]]
+    document["model"].update(vocab=vocab, unk_id=3)
+    document["normalizer"]["precompiled_charsmap"] = base64.b64encode(
+        proto.normalizer_spec.precompiled_charsmap).decode()
+    for token in document["added_tokens"]:
+        if token["content"] == "<mask>":
+            token["id"] = len(vocab) - 1
+    with open(os.path.join(target, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(document, f, ensure_ascii=False)
     return str(target)

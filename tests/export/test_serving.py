@@ -16,6 +16,7 @@ from google.protobuf import text_format
 
 from conftest import REPO
 from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.export.serving import WARMUP_BATCH
 from tf_msemb.export.serving import read_warmup_requests
 from tf_msemb.models.encoder import SentenceEncoder
 
@@ -51,7 +52,7 @@ def test_saved_model_cli_shows_the_documented_signature(served):
 def test_warmup_requests_parse_and_run_against_the_saved_model(served):
     path, model, signature = served
     requests = read_warmup_requests(path)
-    assert [len(r.inputs["inputs"].string_val) for r in requests] == [1, 2, 3, 4]
+    assert [len(r.inputs["inputs"].string_val) for r in requests] == [1, 2, 3, 4, WARMUP_BATCH]
     for request in requests:
         assert request.model_spec.name == "tf_msemb" and request.model_spec.signature_name == "serving_default"
         inputs = tf.constant(tf.make_ndarray(request.inputs["inputs"]))

@@ -5,12 +5,17 @@ Fixtures: tools/make_parity_fixtures.py (torch 2.13.0, sentence-transformers 6.2
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import REPO
 from tf_msemb.models.pretrained import load_pretrained
 from pretrained_checkpoints import FIXTURES
 from pretrained_checkpoints import load_reference
@@ -118,3 +123,31 @@ def test_a_missing_tensor_is_named(tmp_path):
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"lacks the tensor encoder.layer.1.attention.self.key.bias"):
         load_pretrained(str(directory))
+
+
+def test_a_tanh_gelu_checkpoint_gets_keras_hubs_tanh_gelu(tmp_path):
+    directory = _copy(tmp_path, "bert_wordpiece_cased")
+    _edit_config(directory, hidden_act="gelu_new")
+    _, encoder = load_pretrained(str(directory))
+    layer = encoder.backbone.transformer_layers[0]
+    assert keras.activations.serialize(layer.activation)["config"] == "keras_hub>gelu_approximate"
+
+
+def test_importing_the_trainer_leaves_keras_hubs_private_converters_unloaded():
+    """keras_hub.src is not public API: only loading a Hugging Face checkpoint imports its converters."""
+    code = ("import json, sys, tf_msemb.train, tf_msemb.models; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('keras_hub.src.utils.transformers', "
+            "'tf_msemb.models.hf_checkpoint')))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == ["tf_msemb.models.hf_checkpoint"]
+
+
+def test_a_keras_hub_without_the_private_converters_fails_the_load_naming_the_module_and_the_pin(monkeypatch):
+    with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as f:
+        pin = re.search(r'"(keras-hub[^"]*)"', f.read()).group(1)
+    monkeypatch.setitem(sys.modules, "keras_hub.src.utils.transformers", None)
+    with pytest.raises(ImportError) as error:
+        load_pretrained(os.path.join(FIXTURES, "bert_wordpiece_cased"))
+    message = str(error.value).splitlines()[0]  # the line a command prints (gin adds one naming load_pretrained)
+    assert "keras-hub's private module keras_hub.src.utils.transformers" in message and f"'{pin}'" in message

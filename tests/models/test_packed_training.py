@@ -1,6 +1,8 @@
 """Padding-free training (`Embedder.packed_training`): the padded forward's losses and gradients, dropout included."""
 
 import logging
+import subprocess
+import sys
 
 import keras
 import keras_hub
@@ -148,6 +150,40 @@ def test_a_backbone_packing_cannot_read_trains_padded_with_one_warning(tokenizer
             np.testing.assert_allclose(encoder(batch, training=True).numpy(), padded, atol=1e-5)
     warnings = [r.getMessage() for r in caplog.records if "trains on padded batches" in r.getMessage()]
     assert len(warnings) == 1 and "_renamed_self_attention_layer" in warnings[0]
+
+
+def _no_xla_test(graph):
+    """`GraphOrParentsInXlaContext` of a TensorFlow that renamed the graph internals it reads."""
+    raise AttributeError("'FuncGraph' object has no attribute '_get_control_flow_context'")
+
+
+@pytest.mark.parametrize("private", [None, _no_xla_test], ids=["missing", "failing"])
+def test_without_tensorflows_xla_test_training_is_padded_with_one_warning(tokenizer, monkeypatch, caplog, private):
+    """A TensorFlow release that renamed the private XLA test (or the graph internals it reads): packing might be
+    inside XLA, where it fails to compile, so every training call runs padded."""
+    encoder = _sentence_encoder(tokenizer)
+    batch = tokenizer(tf.constant(TEXTS))
+    padded = encoder(batch, training=False).numpy()
+    monkeypatch.setattr(packed_backbone, "GraphOrParentsInXlaContext", private)
+    monkeypatch.setattr(Embedder, "_packed_states", None)  # packing would fail calling it
+    packed_backbone._warn_xla_unknown.cache_clear()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            np.testing.assert_allclose(encoder(batch, training=True).numpy(), padded, atol=1e-5)
+    packed_backbone._warn_xla_unknown.cache_clear()
+    warnings = [r.getMessage() for r in caplog.records if "GraphOrParentsInXlaContext" in r.getMessage()]
+    assert len(warnings) == 1 and "packed training is off" in warnings[0]
+
+
+def test_the_xla_test_module_failing_to_import_is_survived():
+    """The import of packed_backbone (so of every training run) survives TensorFlow moving `control_flow_util`."""
+    code = ("import sys, tensorflow; sys.modules['tensorflow.python.ops.control_flow_util'] = None; "
+            "from tf_msemb.models import packed_backbone; "
+            "print(packed_backbone.in_xla_context(), packed_backbone.in_xla_context())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "True"]
+    assert result.stderr.count("cannot tell whether a graph is XLA-compiled") == 1, result.stderr[-3000:]
 
 
 def test_set_packed_training_reaches_nested_embedders(tokenizer):

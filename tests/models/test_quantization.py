@@ -15,7 +15,7 @@ from tf_msemb.export.saved_model import inference_module
 from tf_msemb.models.quantization import Int8Dense
 from tf_msemb.models.quantization import QuantizedTensor
 from tf_msemb.models.quantization import RangeObserver
-from tf_msemb.models.quantization import int8_support
+from tf_msemb.models.packed import int8_support
 from tf_msemb.models.quantization import smooth
 
 INT8_UNSUPPORTED = int8_support()

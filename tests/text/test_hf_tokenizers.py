@@ -5,14 +5,19 @@ import os
 
 import pytest
 import tensorflow as tf
+import tokenizers
 
+from tf_msemb.models.pretrained import directory_tokenizer
+from tf_msemb.models.pretrained import sentence_transformers_settings
 from tf_msemb.text.bert_text import bert_normalize
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import FairseqSentencePieceTokenizer
 from tf_msemb.text.hf_tokenizers import gpt2_words
+from tf_msemb.text.tokenizer_json import JsonUnigramTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 from pretrained_checkpoints import FIXTURES
 from pretrained_checkpoints import load_reference
+from pretrained_checkpoints import xlm_roberta_unknown_at_three
 
 
 def _tokenizer(name, max_length):
@@ -65,3 +70,57 @@ def test_gpt2_words_treat_unicode_spaces_as_the_reference_regex():
     words = gpt2_words(tf.constant(["a  b\u2029c it's  ", "x\u3000 y"])).to_list()
     assert [[w.decode() for w in row] for row in words] == [
         ["a", " ", " b", "\u2029", "c", " it", "'s", "  "], ["x", "\u3000", " y"]]
+
+
+# Letters the model never saw (Æ, ø, the ž of ǅ's NFKC form): where the unknown id shows.
+UNSEEN_LETTERS = ["Ærøskøbing ñandú ǅ", "smørrebrød på Ærø"]
+
+
+def _reference_ids(tokenizer_file, texts):
+    """The ids of `tokenizers` running `tokenizer_file`, as transformers' fast tokenizer (its default) does."""
+    return [encoding.ids for encoding in tokenizers.Tokenizer.from_file(str(tokenizer_file)).encode_batch(texts)]
+
+
+def _checkpoint_tokenizer(directory):
+    settings = sentence_transformers_settings(str(directory))
+    return directory_tokenizer(str(directory), "xlm-roberta", settings, 512)
+
+
+@pytest.mark.parametrize("removed, make", [
+    (None, lambda directory: FairseqSentencePieceTokenizer(directory / "sentencepiece.bpe.model", max_length=512)),
+    (None, _checkpoint_tokenizer),
+    ("sentencepiece.bpe.model", lambda directory: JsonUnigramTokenizer(directory / "tokenizer.json", max_length=512)),
+    ("tokenizer.json", lambda directory: FairseqSentencePieceTokenizer(directory / "sentencepiece.bpe.model",
+                                                                       max_length=512)),
+], ids=["model_beside_tokenizer_json", "checkpoint_directory", "tokenizer_json_alone", "model_alone"])
+def test_a_model_trained_with_unknown_at_three_gets_tokenizer_json_s_ids(tmp_path, removed, make):
+    """The model's unknown piece (its id 3) is tokenizer.json's `<unk>`, 3, not 3 + fairseq's offset."""
+    directory = tmp_path / "checkpoint"
+    xlm_roberta_unknown_at_three(directory)
+    texts = load_reference("xlm_roberta")["sentences"] + UNSEEN_LETTERS
+    expected = _reference_ids(directory / "tokenizer.json", texts)
+    assert all(3 in ids for ids in expected[-len(UNSEEN_LETTERS):])
+    size = len(json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+    if removed:
+        os.remove(directory / removed)
+    tokenizer = make(directory)
+    ids = tokenizer.tokenize(tf.constant(texts)).to_list()
+    for sentence, ours, reference in zip(texts, ids, expected):
+        assert ours == reference, repr(sentence)
+    assert (tokenizer.bos_id, tokenizer.pad_id, tokenizer.eos_id, tokenizer.unk_id) == (0, 1, 2, 3)
+    assert tokenizer.vocabulary_size == size
+
+
+def test_a_model_beside_tokenizer_json_takes_the_files_ids_whatever_their_order(tmp_path):
+    """tokenizer.json's vocabulary decides the ids even where they are not fairseq's layout."""
+    directory = tmp_path / "checkpoint"
+    xlm_roberta_unknown_at_three(directory)
+    before = FairseqSentencePieceTokenizer(directory / "sentencepiece.bpe.model").fingerprint()
+    document = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = document["model"]["vocab"]
+    document["model"]["vocab"] = vocab[:4] + vocab[4:-1][::-1] + vocab[-1:]
+    (directory / "tokenizer.json").write_text(json.dumps(document), encoding="utf-8")
+    texts = load_reference("xlm_roberta")["sentences"] + UNSEEN_LETTERS
+    tokenizer = FairseqSentencePieceTokenizer(directory / "sentencepiece.bpe.model", max_length=512)
+    assert tokenizer.tokenize(tf.constant(texts)).to_list() == _reference_ids(directory / "tokenizer.json", texts)
+    assert tokenizer.fingerprint() != before

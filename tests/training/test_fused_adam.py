@@ -1,8 +1,11 @@
+import logging
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_msemb.training.fused_adam import KERAS_INTERNALS
 from tf_msemb.training.fused_adam import FusedAdam
 from tf_msemb.training.fused_adam import FusedAdamW
 from tf_msemb.training.optimizers import make_optimizer
@@ -59,6 +62,53 @@ def test_the_fused_update_runs_under_a_two_replica_strategy(two_device_strategy)
     plain = _steps(keras.optimizers.AdamW(learning_rate=0.05, weight_decay=0.1), steps=2)
     for name in SHAPES:
         np.testing.assert_allclose(fused[name], plain[name], rtol=1e-6, atol=1e-6)
+
+
+def test_this_keras_has_what_the_fused_update_reads(caplog):
+    optimizer = FusedAdamW(learning_rate=0.05)
+    with caplog.at_level(logging.WARNING):
+        optimizer.build([keras.Variable(np.ones((2, 3), np.float32))])
+    assert optimizer._fused and not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def _rename_in_keras(monkeypatch, name):
+    """Keras as a release that renamed Adam's private `name` would be: gone under that name, except to Keras' own
+    Adam update (which would read it under its new name)."""
+    adam = keras.optimizers.Adam
+    build, update_step = adam.build, adam.update_step
+    owner = next((cls for cls in adam.__mro__ if name in vars(cls)), None)
+    if owner is not None:
+        method = vars(owner)[name]
+        monkeypatch.delattr(owner, name)
+
+    def renamed_build(self, var_list):
+        build(self, var_list)
+        if owner is None:
+            self.__dict__["renamed"] = self.__dict__.pop(name)
+
+    def renamed_update_step(self, gradient, variable, learning_rate):
+        self.__dict__[name] = method.__get__(self) if owner is not None else self.__dict__["renamed"]
+        try:
+            update_step(self, gradient, variable, learning_rate)
+        finally:
+            del self.__dict__[name]
+
+    monkeypatch.setattr(adam, "build", renamed_build)
+    monkeypatch.setattr(adam, "update_step", renamed_update_step)
+
+
+@pytest.mark.parametrize("name", KERAS_INTERNALS)
+def test_a_keras_without_an_internal_read_gets_keras_own_update_with_a_warning(monkeypatch, caplog, name):
+    """Keras' own update, so bit for bit Keras' results (the fused kernel's differ by float32 rounding)."""
+    options = dict(learning_rate=0.05, beta_1=0.8, beta_2=0.95, epsilon=0.01, weight_decay=0.1)
+    stock = _steps(keras.optimizers.AdamW(**options))
+    _rename_in_keras(monkeypatch, name)
+    with caplog.at_level(logging.WARNING):
+        fallback = _steps(FusedAdamW(**options))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and name in warnings[0] and "Keras' own Adam" in warnings[0], warnings
+    for variable in SHAPES:
+        np.testing.assert_array_equal(fallback[variable], stock[variable])
 
 
 def test_the_factory_fuses_adam_and_adamw_unless_told_not_to():

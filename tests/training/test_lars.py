@@ -1,6 +1,9 @@
+import logging
+
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
@@ -40,6 +43,39 @@ def test_matches_numpy_and_excludes_biases(nesterov):
     np.testing.assert_allclose(layer.kernel.numpy(), expected_kernel, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(layer.bias.numpy(), expected_bias, rtol=1e-5, atol=1e-6)
     assert optimizer.adapts(layer.kernel) and not optimizer.adapts(layer.bias)
+
+
+def _kernel_and_bias_after_steps(strategy, steps=3):
+    """A kernel's and a bias's values after `steps` LARS updates, each replica of `strategy` applying half of
+    every gradient."""
+    rng = np.random.default_rng(0)
+    with strategy.scope():
+        kernel = keras.Variable(rng.normal(size=(3, 4)).astype(np.float32), name="kernel")
+        bias = keras.Variable(rng.normal(size=(4,)).astype(np.float32), name="bias")
+        optimizer = LARS(learning_rate=0.5, momentum=0.9, weight_decay_rate=0.01, eta=0.02)
+        optimizer.build([kernel, bias])
+    replicas = strategy.num_replicas_in_sync
+    apply = tf.function(lambda grads: strategy.run(
+        lambda grads: optimizer.apply([g / replicas for g in grads], [kernel, bias]), args=(grads,)))
+    for _ in range(steps):
+        apply([tf.constant(rng.normal(size=v.shape).astype(np.float32)) for v in (kernel, bias)])
+    return kernel.numpy(), bias.numpy()
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_keras_without_get_variable_index_gets_the_same_update_with_a_warning(monkeypatch, caplog, replicas,
+                                                                                 request):
+    """LARS then finds each variable's velocity itself, also for the replica copies a strategy updates."""
+    strategy = request.getfixturevalue("two_device_strategy") if replicas == 2 else tf.distribute.get_strategy()
+    stock = _kernel_and_bias_after_steps(strategy)
+    owner = next(cls for cls in LARS.__mro__ if "_get_variable_index" in vars(cls))
+    monkeypatch.delattr(owner, "_get_variable_index")
+    with caplog.at_level(logging.WARNING):
+        fallback = _kernel_and_bias_after_steps(strategy)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "_get_variable_index" in warnings[0], warnings
+    for got, want in zip(fallback, stock):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_zero_weights_fall_back_to_plain_momentum():

@@ -21,6 +21,7 @@ import gin
 import keras
 import tensorflow as tf
 from absl import logging
+from tensorflow.core.protobuf import saved_model_pb2
 
 import tf_msemb
 from tf_msemb.export.serving import INPUT_KEY
@@ -31,6 +32,7 @@ from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.packed import INFERENCE_STREAMS
+from tf_msemb.models.packed import int8_support
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
 from tf_msemb.models.precision import with_precision
@@ -39,6 +41,44 @@ from tf_msemb.text_files import read_lines
 
 METADATA_FILE = "tf_msemb_export.json"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
+
+
+class _Parts:
+    """The Keras layers and modules an `EmbeddingModule` runs, held where saving does not track them.
+
+    A Keras 3 variable wraps a `tf.Variable`. Saved through a tracked Keras
+    object, it writes a second variable into the exported graph (its
+    `_export_to_saved_model_graph` copies the first) and the MetaGraph's saver
+    restores only that copy, while the traced functions read the first:
+    `tf.saved_model.load` rebinds captures by object, but TF Serving's Session
+    loader runs the restore op and then fails with "Could not find variable".
+    The module therefore tracks the backing `tf.Variable`s the functions read,
+    as Keras' own `ExportArchive` does, and none of the Keras objects.
+    """
+
+    def __init__(self, tokenizer, encoder, packed):
+        self.tokenizer, self.encoder, self.packed = tokenizer, encoder, packed
+
+
+def _backing(variables):
+    """The `tf.Variable`s behind Keras variables (plain `tf.Variable`s stay), without repeats."""
+    backing = {}
+    for variable in variables:
+        value = variable.value if isinstance(variable, keras.Variable) else variable
+        if not isinstance(value, tf.Variable):
+            raise TypeError(f"Variable {variable.name} is not backed by a tf.Variable: {type(value).__name__}.")
+        backing.setdefault(id(value), value)
+    return list(backing.values())
+
+
+def _resources(*roots):
+    """The lookup tables and other TF resources reachable from `roots` (created outside the traced functions)."""
+    found = {}
+    for root in roots:
+        for node in tf.train.TrackableView(root).descendants():
+            if isinstance(node, tf.saved_model.experimental.TrackableResource):
+                found.setdefault(id(node), node)
+    return list(found.values())
 
 
 class EmbeddingModule(tf.Module):
@@ -53,7 +93,18 @@ class EmbeddingModule(tf.Module):
             padding, same vectors (to float rounding). None or 0: one padded batch.
         packed: a `PackedEncoder` of `encoder` for inference (`training=False`
             and the serving signature), or None to run `encoder` there too.
-            Training calls always run `encoder` (dropout).
+            Training calls always run `encoder` (dropout), on one padded batch.
+        precision: the compute precision `packed` runs in (`inference_module`'s
+            `precision`); below float32 the packed path's gradient is
+            straight-through (`_packed_embed`).
+
+    What a SavedModel of it holds (see `_Parts` for why no Keras object):
+    `variables` and `trainable_variables`, the `tf.Variable`s behind the
+    encoder's (each saved once, and the ones the functions read, so
+    fine-tuning the restored lists moves the outputs);
+    `inference_variables`, any other variable the functions read (a packed
+    export's cast or quantized matmul weights, dropout seed states);
+    `resources`, the tokenizer's lookup tables; the tokenizer's file as an asset.
     """
 
     # Plain attributes rather than tf.Module's computed properties, so they
@@ -61,20 +112,35 @@ class EmbeddingModule(tf.Module):
     variables = None
     trainable_variables = None
 
-    def __init__(self, tokenizer, encoder, sub_batch_size=32, packed=None, name=None):
+    def __init__(self, tokenizer, encoder, sub_batch_size=32, packed=None, precision="float32", name=None):
         super().__init__(name=name)
-        self.tokenizer = tokenizer
-        self.encoder = encoder
+        self.precision = precision
+        self._parts = _Parts(tokenizer, encoder, packed)
         self.sub_batch_size = sub_batch_size
-        self.packed = packed
         # One eager call creates any state still missing (weights, dropout
         # seeds) outside the traced functions, where saving can reach it.
         encoder(tokenizer(tf.constant([""])))
-        self.variables = list(encoder.variables)
-        self.trainable_variables = list(encoder.trainable_variables)
+        self.variables = _backing(encoder.variables)
+        self.trainable_variables = _backing(encoder.trainable_variables)
         self.regularization_losses = []
+        listed = {id(variable) for variable in self.variables}
+        read = _backing(variable for function in (self.__call__, self.serve)
+                        for variable in function.get_concrete_function().variables)
+        self.inference_variables = [variable for variable in read if id(variable) not in listed]
+        self.resources = _resources(tokenizer, encoder, *([packed] if packed is not None else []))
         self.tokenizer_asset = tf.saved_model.Asset(tokenizer.asset_file) if tokenizer.asset_file else None
-        self.__call__.get_concrete_function()
+
+    @property
+    def tokenizer(self):
+        return self._parts.tokenizer
+
+    @property
+    def encoder(self):
+        return self._parts.encoder
+
+    @property
+    def packed(self):
+        return self._parts.packed
 
     def _encode(self, ids, training):
         return tf.cast(self.encoder(self.tokenizer.pad(ids), training=training), tf.float32)
@@ -94,38 +160,103 @@ class EmbeddingModule(tf.Module):
         _, parts = tf.while_loop(lambda i, _: i < count, body, [tf.constant(0), parts])
         return tf.gather(parts.concat(), tf.math.invert_permutation(order))
 
-    def _embed(self, inputs, training):
+    def _embed(self, inputs, training, differentiable=True):
         with tf.device("/cpu:0"):
             ids = self.tokenizer.tokenize(inputs)
         if self.packed is not None and not training:
-            return l2_normalize(self.packed(ids))
-        if self.sub_batch_size:
+            return self._packed_embed(ids, differentiable)
+        if self.sub_batch_size and not training:
             return l2_normalize(self._encode_sorted(ids, training))
         return l2_normalize(self._encode(ids, training))
+
+    def _packed_embed(self, ids, differentiable):
+        """The packed forward; with `differentiable` below float32, its gradient is the Keras forward's (straight-through).
+
+        A bfloat16 export's matmuls read bfloat16 copies and an int8 one's
+        read quantized weights (through oneDNN ops that have no gradient), so
+        the trainable variables are not on the packed path. Its gradient is
+        therefore that of the encoder's own padded forward, which computes the
+        same function at higher precision, recomputed only when a gradient is
+        taken. The weights enter as tensors (`keras.StatelessScope`): a saved
+        custom gradient that captures variables does not load into a
+        differentiable restored function.
+        """
+        vectors = l2_normalize(self.packed(ids))
+        if self.precision == "float32" or not differentiable:
+            return vectors
+        encoder = self.encoder
+        weights = encoder.trainable_variables
+
+        @tf.custom_gradient
+        def straight_through(vectors, *values):
+            def gradient(upstream):
+                with keras.StatelessScope(state_mapping=list(zip(weights, values))):
+                    reference = l2_normalize(self._encode(ids, False))
+                return [None] + tf.gradients(reference, values, grad_ys=upstream)
+
+            return tf.identity(vectors), gradient
+
+        return straight_through(tf.stop_gradient(vectors), *[tf.convert_to_tensor(v.value) for v in weights])
 
     @tf.function(input_signature=[_STRINGS, tf.TensorSpec([], tf.bool)])
     def __call__(self, inputs, training=False):
         """`[b]` strings -> `[b, d]` unit vectors; `training` runs the encoder with dropout (fine-tuning).
 
-        One traced function for every batch size and both modes (a `tf.cond`):
-        without a signature the restored function built a graph per new input
-        shape (about 0.7 s each) and kept it: 1,000 requests of 1-64 sentences
-        grew peak memory 1.66x and ran at 138 sentences/s, now 1.03x and 195.
+        One traced function for every batch size and both modes: without a
+        signature the restored function built a graph per new input shape
+        (about 0.7 s each) and kept it (1,000 requests of 1-64 sentences grew
+        peak memory 1.66x and ran at 138 sentences/s, now 1.03x and 195).
+        Each branch of the `tf.cond` calls a function of its own: a custom
+        gradient (the packed GELU's, `_packed_embed`'s) traced inside a branch
+        itself does not rebind when a restored cond is differentiated, and
+        `tape.gradient` failed with a bare `AssertionError`.
         """
-        return tf.cond(training, lambda: self._embed(inputs, True), lambda: self._embed(inputs, False))
+        return tf.cond(training, lambda: self._train_embed(inputs), lambda: self._infer_embed(inputs))
+
+    @tf.function(input_signature=[_STRINGS])
+    def _train_embed(self, inputs):
+        return self._embed(inputs, True)
+
+    @tf.function(input_signature=[_STRINGS])
+    def _infer_embed(self, inputs):
+        return self._embed(inputs, False)
 
     @tf.function(input_signature=[_STRINGS])
     def serve(self, inputs):
         """The `serving_default` signature: `inputs` -> `outputs`."""
-        return {OUTPUT_KEY: self._embed(inputs, False)}
+        return {OUTPUT_KEY: self._embed(inputs, False, differentiable=False)}
+
+
+def internal_ops(path):
+    """The op types of the SavedModel at `path` that are TensorFlow-internal (`_`-prefixed), sorted.
+
+    Such ops have no Python API and no compatibility promise; stock TensorFlow
+    and tensorflow-text graphs hold none, an int8 export holds oneDNN's
+    (`_QuantizedMatMul`, `_MklLayerNorm`), which only x86-64 builds register.
+    """
+    saved = saved_model_pb2.SavedModel()
+    with tf.io.gfile.GFile(os.path.join(path, tf.saved_model.SAVED_MODEL_FILENAME_PB), "rb") as f:
+        saved.ParseFromString(f.read())
+    ops = set()
+    for meta_graph in saved.meta_graphs:
+        ops.update(node.op for node in meta_graph.graph_def.node)
+        for function in meta_graph.graph_def.library.function:
+            ops.update(node.op for node in function.node_def)
+    return sorted(op for op in ops if op.startswith("_"))
 
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
-                    inference="padded", selection=None, calibration=None, streams=None):
-    """What a user needs to know about an export: written beside it as `tf_msemb_export.json`."""
+                    inference="padded", selection=None, calibration=None, streams=None, required_ops=()):
+    """What a user needs to know about an export: written beside it as `tf_msemb_export.json`.
+
+    `required_ops`: the ops the graph needs beyond stock TensorFlow and
+    tensorflow-text (`internal_ops`), with the TensorFlow version that wrote it.
+    """
     return {
         "format": "tf_msemb raw-string SavedModel",
         "tf_msemb_version": tf_msemb.__version__,
+        "tensorflow_version": tf.__version__,
+        "required_ops": list(required_ops),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "training_step": step,
         "objective": objective,
@@ -158,6 +289,10 @@ def _calibration_batches(tokenizer, path, count, batch_size=64):
 
 def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, smoothing, streams):
     """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file`."""
+    unsupported = int8_support()
+    if unsupported:
+        raise ValueError(f"Cannot export int8: {unsupported}; export with --precision=mixed_bfloat16 (or float32) "
+                         "instead.")
     if not calibration_file:
         raise ValueError("precision 'int8' needs a calibration_file: a text file of sentences like those the export "
                          "will encode, one a line (bind inference_module.calibration_file, or --calibration_file).")
@@ -195,11 +330,13 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     `"int8"` runs the layers' matmuls on 8-bit integers (packed only; see
     `tf_msemb.models.quantization`), calibrated on the first
     `calibration_sentences` lines of `calibration_file` with SmoothQuant's
-    `smoothing`: all-MiniLM-L6-v2 at cosine 0.993 or more to float32 and
-    2.7 times its throughput on two AVX512-VNNI cores (1,542 vs 570 sentences/s
-    at intra-op threads 1);
-    loading it needs TensorFlow's oneDNN kernels (on by default on CPUs with
-    AVX-512). `streams`: side-by-side sub-batches of a packed export
+    `smoothing`: all-MiniLM-L6-v2 at a minimum cosine of 0.9938 to float32
+    (sentence-transformers' vectors of 1,014 Multi30k sentences,
+    `tools/bench_encode.py`) and 2.7 times its throughput on two
+    AVX512-VNNI cores (1,542 vs 570 sentences/s at intra-op threads 1);
+    its graph holds oneDNN ops that only x86-64 TensorFlow registers (the
+    metadata's `required_ops`), and `int8_support` probes them before
+    anything is built. `streams`: side-by-side sub-batches of a packed export
     (`PackedEncoder.streams`, exact); serve it with TensorFlow's intra-op
     threads at cores / streams (README, "Serving threads").
     The module's `precision` attribute names the compute precision,
@@ -214,8 +351,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     else:
         computing = ensure_built(with_precision(encoder, precision))
         packed_encoder = _packed(computing, precision, streams) if packed else None
-    module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder)
-    module.precision = precision
+    module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
+                             precision=precision)
     module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
                            "smoothing": smoothing} if precision == "int8" else None)
     return module
@@ -235,7 +372,7 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
                                   "packed" if module.packed is not None else "padded", selection, module.calibration,
-                                  module.packed.streams if module.packed is not None else None),
+                                  module.packed.streams if module.packed is not None else None, internal_ops(path)),
                   f, indent=2, default=str)
     return path
 

@@ -37,14 +37,26 @@ def predict_request(sentences, model_name="tf_msemb", signature_name=SIGNATURE, 
     return request
 
 
+# The last warm-up request: this many sentences, the warm-up ones in turn. It is a batch clients send, and its
+# thousand-odd tokens take every size-dependent branch of the graph (an int8 export's fused layer norms, from 256
+# tokens per side-by-side sub-batch), so a server that lacks a kernel fails at load, not on a user's long request.
+WARMUP_BATCH = 64
+
+
+def warmup_batches(sentences=WARMUP_SENTENCES, batch=WARMUP_BATCH):
+    """The warm-up requests' sentences: each prefix of `sentences` (batch sizes 1..n), then `batch` of them."""
+    return [list(sentences[:size]) for size in range(1, len(sentences) + 1)] + [
+        [sentences[i % len(sentences)] for i in range(batch)]]
+
+
 def write_warmup_requests(export_path, model_name="tf_msemb", sentences=WARMUP_SENTENCES):
-    """Writes one warm-up `PredictionLog` per prefix of `sentences` (batch sizes 1..n); returns the file path."""
+    """Writes a warm-up `PredictionLog` per batch of `warmup_batches(sentences)`; returns the file path."""
     path = os.path.join(export_path, WARMUP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
-        for size in range(1, len(sentences) + 1):
+        for batch in warmup_batches(sentences):
             log = prediction_log_pb2.PredictionLog(
-                predict_log=prediction_log_pb2.PredictLog(request=predict_request(sentences[:size], model_name))
+                predict_log=prediction_log_pb2.PredictLog(request=predict_request(batch, model_name))
             )
             writer.write(log.SerializeToString())
     return path

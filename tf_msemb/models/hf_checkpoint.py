@@ -15,6 +15,13 @@ keras-hub's defaults:
 Weights load through a loader that names the tensor whose shape does not
 match the config. The subclasses below keep these settings in their config,
 so clones (`from_config`) compute the same.
+
+The converters, the safetensors loader and the tanh GELU live in
+`keras_hub.src`, which is not public API: `load_backbone` imports them
+(`_keras_hub_internals`), not every import of the package (training runs
+import this module through `pretrained`), and a keras-hub release without
+them fails the load with the module named and the release this module was
+checked against.
 """
 
 import json
@@ -22,17 +29,14 @@ import os
 
 import keras
 import keras_hub
-from keras_hub.src.utils.keras_utils import gelu_approximate
-from keras_hub.src.utils.transformers import convert_bert
-from keras_hub.src.utils.transformers import convert_distilbert
-from keras_hub.src.utils.transformers import convert_xlm_roberta
-from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
 
-# Hugging Face `hidden_act` -> Keras activation.
+# The keras-hub releases whose private modules this module was checked against (pyproject.toml's pin).
+KERAS_HUB_PIN = "keras-hub>=0.32,<0.33"
+# Hugging Face `hidden_act` -> Keras activation ("gelu_approximate": keras-hub's tanh GELU, `_keras_hub_internals`).
 ACTIVATIONS = {
     "gelu": "gelu",
-    "gelu_new": gelu_approximate,
-    "gelu_pytorch_tanh": gelu_approximate,
+    "gelu_new": "gelu_approximate",
+    "gelu_pytorch_tanh": "gelu_approximate",
     "relu": "relu",
 }
 
@@ -86,12 +90,12 @@ class HFXLMRobertaBackbone(_ConfigNumerics, keras_hub.models.XLMRobertaBackbone)
     """`XLMRobertaBackbone` with the checkpoint's activation and layer-norm epsilon."""
 
 
-# model_type -> (backbone class, keras-hub converter).
+# model_type -> (backbone class, keras-hub converter module in `_keras_hub_internals`).
 ARCHITECTURES = {
-    "bert": (HFBertBackbone, convert_bert),
-    "distilbert": (HFDistilBertBackbone, convert_distilbert),
-    "roberta": (HFRobertaBackbone, convert_xlm_roberta),
-    "xlm-roberta": (HFXLMRobertaBackbone, convert_xlm_roberta),
+    "bert": (HFBertBackbone, "convert_bert"),
+    "distilbert": (HFDistilBertBackbone, "convert_distilbert"),
+    "roberta": (HFRobertaBackbone, "convert_xlm_roberta"),
+    "xlm-roberta": (HFXLMRobertaBackbone, "convert_xlm_roberta"),
 }
 WEIGHTS_FILE = "model.safetensors"
 
@@ -109,22 +113,24 @@ def read_config(directory):
     return config
 
 
-def _numerics(config, path):
+def _numerics(config, path, internals):
     """(Keras activation, layer-norm epsilon) as the checkpoint's model computes."""
     key = "activation" if config["model_type"] == "distilbert" else "hidden_act"
     name = config.get(key, "gelu")
     if name not in ACTIVATIONS:
         raise ValueError(f"{path} has {key} {name!r}; supported: {', '.join(ACTIVATIONS)}.")
+    activation = internals.get(ACTIVATIONS[name], ACTIVATIONS[name])
     # DistilBERT has no such entry: its layer norms use 1e-12.
-    return ACTIVATIONS[name], float(config.get("layer_norm_eps", 1e-12))
+    return activation, float(config.get("layer_norm_eps", 1e-12))
 
 
 # Prefixes keras-hub's converters expect that a bare model (as sentence-transformers saves it) lacks.
 _MODEL_PREFIXES = ("distilbert.", "roberta.")
 
 
-class _NamingLoader(SafetensorLoader):
-    """keras-hub's safetensors loader that names the tensor a mismatch is about (and skips a missing pooler).
+class _NamingLoader:
+    """Mixed into keras-hub's safetensors loader (`_keras_hub_internals`): names the tensor a mismatch is about
+    (and skips a missing pooler).
 
     It also finds `distilbert.x` saved as plain `x` (keras-hub's DistilBERT
     converter expects the prefix of a full model checkpoint).
@@ -160,16 +166,44 @@ class _NamingLoader(SafetensorLoader):
         keras_variable.assign(tensor)
 
 
+def _keras_hub_internals():
+    """keras-hub's private converters, loader (with `_NamingLoader` mixed in) and tanh GELU, by name.
+
+    Imported here, by each checkpoint load, so that a keras-hub release that
+    moved them breaks only loads, with an error that says so.
+    """
+    try:
+        from keras_hub.src.utils.keras_utils import gelu_approximate
+        from keras_hub.src.utils.transformers import convert_bert
+        from keras_hub.src.utils.transformers import convert_distilbert
+        from keras_hub.src.utils.transformers import convert_xlm_roberta
+        from keras_hub.src.utils.transformers.safetensor_utils import SafetensorLoader
+    except ImportError as e:
+        raise ImportError(
+            f"Loading a Hugging Face checkpoint needs keras-hub's private module {e.name}, which keras-hub "
+            f"{keras_hub.__version__} does not provide ({e}); install the release tf_msemb was checked against: "
+            f"pip install '{KERAS_HUB_PIN}'.") from e
+    return {
+        "gelu_approximate": gelu_approximate,
+        "convert_bert": convert_bert,
+        "convert_distilbert": convert_distilbert,
+        "convert_xlm_roberta": convert_xlm_roberta,
+        "loader": type("NamingSafetensorLoader", (_NamingLoader, SafetensorLoader), {}),
+    }
+
+
 def load_backbone(directory, config=None):
     """The backbone of a local Hugging Face checkpoint (`config.json` + `model.safetensors`), weights loaded."""
     config = config or read_config(directory)
     if not os.path.exists(os.path.join(directory, WEIGHTS_FILE)):
         raise FileNotFoundError(f"{os.path.join(directory, WEIGHTS_FILE)} not found (only safetensors weights "
                                 "are read; save the model with safe_serialization=True).")
-    backbone_class, converter = ARCHITECTURES[config["model_type"]]
-    activation, epsilon = _numerics(config, os.path.join(directory, "config.json"))
+    internals = _keras_hub_internals()
+    backbone_class, converter_name = ARCHITECTURES[config["model_type"]]
+    converter = internals[converter_name]
+    activation, epsilon = _numerics(config, os.path.join(directory, "config.json"), internals)
     backbone = backbone_class(**converter.convert_backbone_config(config), hidden_activation=activation,
                               layer_norm_epsilon=epsilon)
-    with _NamingLoader(directory) as loader:
+    with internals["loader"](directory) as loader:
         converter.convert_weights(backbone, loader, config)
     return backbone

@@ -1,8 +1,8 @@
 """TensorFlow's oneDNN kernels that have no Python wrapper, added to the graph being traced.
 
 Every x86-64 TensorFlow wheel registers them; they run where its oneDNN
-kernels are on (by default on CPUs with AVX-512, else with
-`TF_ENABLE_ONEDNN_OPTS=1`), and a SavedModel holding them loads with plain
+kernels are on (by default on Linux CPUs with AVX512-VNNI, AVX512-BF16,
+AVX-VNNI or AMX, else with `TF_ENABLE_ONEDNN_OPTS=1`), and a SavedModel holding them loads with plain
 `tensorflow`. Each builder adds one node with the public
 `tf.Graph.create_op`, so it must be called inside a `tf.function`. They have
 no gradients: inference only.

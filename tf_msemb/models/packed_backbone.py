@@ -38,13 +38,19 @@ across replicas. Keras' `MultiHeadAttention` keeps its probabilities'
 dropout in the private `_dropout_layer`, also read.
 """
 
+import functools
 import math
 from typing import NamedTuple
 
 import keras
 import keras_hub
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
+from absl import logging
+
+try:
+    from tensorflow.python.ops.control_flow_util import GraphOrParentsInXlaContext
+except ImportError:  # a TensorFlow release that moved it: `in_xla_context` says "XLA" (see there)
+    GraphOrParentsInXlaContext = None
 
 from tf_msemb.models import onednn
 from tf_msemb.models.backbone import TransformerBackbone
@@ -221,9 +227,28 @@ def backbone_support(backbone):
 def in_xla_context():
     """Whether the graph being built is compiled by XLA (`jit_compile`, TPUs): static shapes only, so no packing.
 
-    TensorFlow has no public test for this; `control_flow_util` is the one its own ops use.
+    TensorFlow has no public test for this (`tf.config.optimizer.get_jit` is
+    the global auto-clustering setting, not `jit_compile`); the private
+    `control_flow_util.GraphOrParentsInXlaContext` is the one its own ops use.
+    Where a TensorFlow release lacks it (or the graph internals it reads),
+    this answers True, with a warning once: packing inside XLA fails to
+    compile, padded batches train the same model everywhere (only slower).
     """
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    if GraphOrParentsInXlaContext is not None:
+        try:
+            return GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+        except AttributeError:
+            pass
+    _warn_xla_unknown()
+    return True
+
+
+@functools.cache
+def _warn_xla_unknown():
+    """Logs, once per process, that packed training is off because XLA compilation cannot be detected."""
+    logging.warning("TensorFlow %s cannot tell whether a graph is XLA-compiled (its private control_flow_util."
+                    "GraphOrParentsInXlaContext is missing or failed): packed training is off, batches train padded "
+                    "(same results, slower).", tf.__version__)
 
 
 def _layer_norm(x, norm, fused=False):

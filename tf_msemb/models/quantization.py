@@ -10,8 +10,10 @@ stay float32.
 The op is TensorFlow's `_QuantizedMatMul`, the one its oneDNN kernels run for
 int8 graphs (Intel Neural Compressor's exports are made of it); `QuantizeV2`
 makes its inputs. It is in every TensorFlow build with oneDNN (the x86-64
-pip wheels), on by default on CPUs with AVX-512 and otherwise with
-`TF_ENABLE_ONEDNN_OPTS=1`; `int8_support` says whether this process runs it.
+pip wheels), on by default on Linux CPUs with AVX512-VNNI, AVX512-BF16,
+AVX-VNNI or AMX and otherwise with `TF_ENABLE_ONEDNN_OPTS=1`;
+`tf_msemb.models.packed.int8_support` says whether this process runs an
+int8 graph.
 It has no Python wrapper (`tf_msemb.models.onednn` adds it to the graph
 being traced): call `Int8Dense` inside a `tf.function`. It fuses what
 follows the sum, each saving a pass over the layer's activations: the bias,
@@ -42,17 +44,6 @@ DEFAULT_SMOOTHING = 0.8
 _TINY = 1e-8  # floor for scales of channels or columns that are all zero
 # The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`).
 POST_OPS = {"gelu": "GeluExact", "keras_hub>gelu_approximate": "GeluApproximate", "relu": "Relu"}
-
-
-def int8_support():
-    """None when this TensorFlow runs the int8 matmul, else the reason it cannot (for an error line)."""
-    try:
-        quantized = Int8Dense(np.eye(2, dtype=np.float32), np.zeros(2, np.float32), (-1.0, 1.0))
-        tf.function(quantized)(tf.ones([1, 2]))
-    except tf.errors.OpError:
-        return ("this TensorFlow has no kernel for _QuantizedMatMul; its oneDNN kernels run it (on by default on "
-                "CPUs with AVX-512; TF_ENABLE_ONEDNN_OPTS=1 turns them on)")
-    return None
 
 
 def quantization_range(low, high):
@@ -202,9 +193,6 @@ def quantize_backbone(backbone, batches, smoothing=DEFAULT_SMOOTHING):
     `batches`: ragged token ids `[b, (l)]`, run through `backbone` eagerly to
     record the ranges each matmul's inputs take.
     """
-    reason = int8_support()
-    if reason:
-        raise ValueError(f"Cannot export int8: {reason}")
     backbone.replace_layer_denses(lambda denses: [RangeObserver(dense) for dense in denses])
     for ids in batches:
         backbone(ids)

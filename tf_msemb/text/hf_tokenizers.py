@@ -2,7 +2,8 @@
 
 - `FairseqSentencePieceTokenizer`: XLM-R's `sentencepiece.bpe.model` (also
   used by BERT-architecture models such as multilingual MiniLM and
-  multilingual-e5), with fairseq's id layout.
+  multilingual-e5), with the ids of a `tokenizer.json` beside it, else
+  fairseq's id layout.
 - `ByteLevelBPETokenizer`: RoBERTa's (and GPT-2's) byte-level BPE,
   `vocab.json` + `merges.txt`, on keras-hub's `BytePairTokenizer`.
 
@@ -13,13 +14,14 @@ import hashlib
 import json
 import os
 
+import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
 from tf_msemb.text.tokenizers import SubwordTokenizer
 from tf_msemb.text.tokenizers import _read_bytes
 
-# fairseq's dictionary puts these four first; SentencePiece's own <unk>, <s>, </s> are its ids 0-2.
+# fairseq's dictionary puts these four first; XLM-R's SentencePiece model has <unk>, <s>, </s> as its ids 0-2.
 FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS, FAIRSEQ_UNK = 0, 1, 2, 3
 
 
@@ -28,19 +30,48 @@ def spaces_to_blanks(texts):
     return tf.strings.regex_replace(texts, r"[\t\n\r\x{85}\p{Z}]", " ")
 
 
-class FairseqSentencePieceTokenizer(SubwordTokenizer):
-    """SentencePiece pieces with fairseq's ids: `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, piece i -> i + 1, `<mask>` last.
+def tokenizer_json_ids(path, document=None):
+    """(token -> id, unknown id, vocabulary size) of a `tokenizer.json` Unigram model, as `tokenizers` resolves them.
 
-    That is the layout of XLM-R's vocabulary (SentencePiece's ids 0-2 are
-    `<unk>`, `<s>`, `</s>`, so every real piece moves up by one and
-    SentencePiece's `<unk>` becomes 3). SentencePiece applies the model's own
-    normalization (XLM-R: NMT-NFKC, extra spaces removed), as the reference
-    tokenizer does with the same table; every Unicode space is a word break
-    first, as in the reference's whitespace split (the table keeps e.g.
-    U+0085 as an unknown character). Known difference: the reference
-    normalizes whole grapheme clusters, so a combining mark after a character
-    the table maps to a space (U+FFFD + U+0327) vanishes there and is one
-    `<unk>` here.
+    A token's id is its position in the model's vocabulary (the last one
+    where a name repeats, e.g. `<unk>` both as the special token and as a
+    piece copied from SentencePiece), else its id among `added_tokens`:
+    `tokenizers` gives an added token the model's id where the model has it.
+    Text the model cannot spell becomes `unk_id`.
+    """
+    document = document or json.loads(_read_bytes(path, "tokenizer.json"))
+    model = document.get("model") or {}
+    if model.get("type") != "Unigram" or model.get("unk_id") is None:
+        raise ValueError(f"{path} holds no Unigram model with an unk_id, as XLM-R's tokenizer.json does.")
+    added = {token["content"]: token["id"] for token in document.get("added_tokens", [])}
+    ids = added | {piece: i for i, (piece, _) in enumerate(model["vocab"])}
+    return ids, model["unk_id"], max([len(model["vocab"]), *(i + 1 for i in added.values())])
+
+
+class FairseqSentencePieceTokenizer(SubwordTokenizer):
+    """SentencePiece pieces with the ids of transformers' XLM-R tokenizer, as `AutoTokenizer` loads it.
+
+    `AutoTokenizer` loads the fast tokenizer, which reads `tokenizer.json`
+    where the checkpoint has one (the SentencePiece model beside it unused)
+    and otherwise converts the SentencePiece model. Here the model segments
+    the text and the ids are the fast tokenizer's:
+
+    - with a `tokenizer.json` beside `model_file`, that file's ids
+      (`tokenizer_json_ids`): each piece by name, SentencePiece's unknown
+      piece as the file's `unk_id`, `<s>`, `<pad>`, `</s>`, `<mask>` by name;
+    - without one, the layout transformers' converter writes, fairseq's:
+      `<s>`=0, `<pad>`=1, `</s>`=2, `<unk>`=3, piece i -> i + 1, `<mask>`
+      last. SentencePiece's unknown piece becomes 3 wherever the model has
+      it (XLM-R's model: id 0; one trained with `bos_id=0, pad_id=1,
+      eos_id=2, unk_id=3`: id 3, where i + 1 would be 4).
+
+    SentencePiece applies the model's own normalization (XLM-R: NMT-NFKC,
+    extra spaces removed), as the reference tokenizer does with the same
+    table; every Unicode space is a word break first, as in the reference's
+    whitespace split (the table keeps e.g. U+0085 as an unknown character).
+    Known difference: the reference normalizes whole grapheme clusters, so a
+    combining mark after a character the table maps to a space (U+FFFD +
+    U+0327) vanishes there and is one `<unk>` here.
 
     Args:
         model_file: the `.model` file; its bytes are embedded in the graph.
@@ -50,9 +81,26 @@ class FairseqSentencePieceTokenizer(SubwordTokenizer):
         super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
         self.model_file = os.fspath(model_file)
         self.proto = _read_bytes(self.model_file, "SentencePiece model")
-        self.bos_id, self.pad_id, self.eos_id, self.unk_id = FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS, FAIRSEQ_UNK
-        # fairseq's four specials + SentencePiece's pieces after its three + <mask>.
-        self._vocabulary_size = 4 + int(self._sentencepiece().vocab_size()) - 3 + 1
+        processor = sentencepiece.SentencePieceProcessor(model_proto=self.proto)
+        pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+        tokenizer_file = os.path.join(os.path.dirname(self.model_file), "tokenizer.json")
+        self.tokenizer_file = tokenizer_file if tf.io.gfile.exists(tokenizer_file) else None
+        if self.tokenizer_file:
+            ids, self.unk_id, self._vocabulary_size = tokenizer_json_ids(self.tokenizer_file)
+            missing = [t for t in ("<s>", "<pad>", "</s>", "<mask>") if t not in ids]
+            missing += [p for i, p in enumerate(pieces) if p not in ids and i != processor.unk_id()]
+            if missing:
+                raise ValueError(f"{self.tokenizer_file} does not match {self.model_file}: it lacks {missing[:5]}.")
+            self.bos_id, self.pad_id, self.eos_id, self._mask_id = (ids[t] for t in ("<s>", "<pad>", "</s>", "<mask>"))
+            hf_ids = [ids.get(p) for p in pieces]
+        else:
+            self.bos_id, self.pad_id, self.eos_id, self.unk_id = FAIRSEQ_BOS, FAIRSEQ_PAD, FAIRSEQ_EOS, FAIRSEQ_UNK
+            # fairseq's four specials + SentencePiece's pieces after its three + <mask>.
+            self._vocabulary_size = 4 + len(pieces) - 3 + 1
+            self._mask_id = self._vocabulary_size - 1
+            hf_ids = [i + 1 for i in range(len(pieces))]
+        hf_ids[processor.unk_id()] = self.unk_id
+        self._hf_ids = tuple(hf_ids)  # SentencePiece id -> Hugging Face id
 
     def _sentencepiece(self):
         # Built per trace, as `SentencePieceTokenizer` does (see there).
@@ -64,11 +112,18 @@ class FairseqSentencePieceTokenizer(SubwordTokenizer):
 
     @property
     def mask_id(self):
-        return self._vocabulary_size - 1
+        return self._mask_id
 
     def _tokenize_normalized(self, texts):
         ids = self._sentencepiece().tokenize(spaces_to_blanks(texts))
-        return tf.ragged.map_flat_values(lambda i: tf.where(i == 0, FAIRSEQ_UNK, i + 1), ids)
+        return tf.ragged.map_flat_values(lambda i: tf.gather(tf.constant(self._hf_ids, tf.int32), i), ids)
+
+    def fingerprint(self):
+        """The base fingerprint (the model included) and the `tokenizer.json` that gives the ids, if any."""
+        digest = hashlib.sha256(super().fingerprint().encode())
+        if self.tokenizer_file:
+            digest.update(_read_bytes(self.tokenizer_file, "tokenizer.json"))
+        return digest.hexdigest()[:16]
 
     def get_config(self):
         config = super().get_config()

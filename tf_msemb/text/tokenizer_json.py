@@ -28,6 +28,7 @@ import tensorflow_text as tf_text
 
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import spaces_to_blanks
+from tf_msemb.text.hf_tokenizers import tokenizer_json_ids
 from tf_msemb.text.tokenizers import SubwordTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 from tf_msemb.text.tokenizers import _read_bytes
@@ -262,14 +263,12 @@ class JsonUnigramTokenizer(SubwordTokenizer):
         self.bos_token, self.eos_token = bos_token, eos_token
         document = read_tokenizer_json(self.tokenizer_file)
         self.proto = unigram_model_proto(self.tokenizer_file, document)
-        ids = {piece: i for i, (piece, _) in enumerate(document["model"]["vocab"])}
+        ids, self.unk_id, self._vocabulary_size = tokenizer_json_ids(self.tokenizer_file, document)
         missing = [t for t in (bos_token, eos_token) if t not in ids]
         if missing:
             raise ValueError(f"{self.tokenizer_file} lacks the special tokens {missing}.")
         self.bos_id, self.eos_id = ids[bos_token], ids[eos_token]
-        self.unk_id = document["model"]["unk_id"]
         self.pad_id = ids.get("<pad>", self.unk_id)
-        self._vocabulary_size = len(ids)
 
     def _sentencepiece(self):
         # Built per trace, as `SentencePieceTokenizer` does (see there).

@@ -11,17 +11,37 @@ Sec. 2 reordering), in float32, but forms `1 - b1` and `1 - b2` in float32
 where Keras rounds the double: the factor differs by under 3e-7 of its
 value, so results agree to float32 rounding rather than bit for bit.
 Decoupled weight decay (Loshchilov & Hutter) stays Keras' own.
+
+The kernel needs the moment variables of each variable, which Keras' Adam
+keeps in private attributes (`KERAS_INTERNALS`); `build` checks for them
+once, and a Keras release without them gets Keras' own update, with a
+warning, instead of failing.
 """
 
 import keras
 import tensorflow as tf
+from absl import logging
+
+# What the fused update reads of Keras' Adam: the variable -> slot index helper and the moment lists.
+KERAS_INTERNALS = ("_get_variable_index", "_momentums", "_velocities")
 
 
 class _FusedAdamUpdate:
-    """Adam's `update_step` as one `ResourceApplyAdam` per variable; Keras' own for `amsgrad` and other backends."""
+    """Adam's `update_step` as one `ResourceApplyAdam` per variable; Keras' own for `amsgrad`, other backends and a
+    Keras release without `KERAS_INTERNALS`."""
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        missing = [name for name in KERAS_INTERNALS if not hasattr(self, name)]
+        if missing:
+            logging.warning("%s: Keras %s's Adam has no %s; updating with Keras' own Adam (not fused: same results, "
+                            "slower).", self.name, keras.__version__, ", ".join(missing))
+        self._fused = not (missing or self.amsgrad or keras.backend.backend() != "tensorflow")
 
     def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad or keras.backend.backend() != "tensorflow":
+        if not self._fused:
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         step = tf.cast(self.iterations + 1, dtype)
