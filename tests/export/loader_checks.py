@@ -36,22 +36,18 @@ def session(path):
         signature = meta_graph.signature_def["serving_default"]
         inputs, outputs = signature.inputs["inputs"].name, signature.outputs["outputs"].name
         vectors = sess.run(outputs, {inputs: SENTENCES})
-        warmup, ops_run = [], set()
-        op_types = {node.name: node.op for node in sess.graph.as_graph_def().node}
-        for function in sess.graph.as_graph_def().library.function:
-            op_types.update({node.name: node.op for node in function.node_def})
+        warmup, ops_run = [], []
         for request in requests:
             metadata = tf.compat.v1.RunMetadata()
             warmup.append(sess.run(outputs, {inputs: tf.make_ndarray(request.inputs["inputs"])},
                                    options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
                                    run_metadata=metadata))
-            for device in metadata.step_stats.dev_stats:
-                for node in device.node_stats:
-                    ops_run.add(op_types.get(node.node_name.split(":")[0], node.timeline_label.split(" = ")[-1]
-                                             .split("(")[0]))
+            # A node's timeline label reads "name = OpType(inputs)".
+            ops_run.append({node.timeline_label.split(" = ")[-1].split("(")[0]
+                            for device in metadata.step_stats.dev_stats for node in device.node_stats})
     return {"vectors": vectors, "expected": expected, "warmup_sizes": [len(w) for w in warmup],
             "warmup_norms": np.concatenate([np.linalg.norm(w, axis=1) for w in warmup]),
-            "ops_run": np.array(sorted(ops_run))}
+            "first_request_ops": np.array(sorted(ops_run[0])), "last_request_ops": np.array(sorted(ops_run[-1]))}
 
 
 def gradients(path):

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tf_msemb.export.saved_model import METADATA_FILE
 from tf_msemb.export.saved_model import export_saved_model
-from tf_msemb.export.serving import warmup_batches
+from tf_msemb.export.serving import WARMUP_BATCH
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.packed import INT8_REQUIRED_OPS
@@ -52,14 +52,26 @@ def encoder(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def exports(tokenizer, encoder, tmp_path_factory):
-    """`exports(name)`: the path of that export of `encoder`, written on first use."""
-    root, made = tmp_path_factory.mktemp("loaders"), {}
+def bert():
+    """A keras-hub BERT `Embedder` (tiny MiniLM-like fixture) and its WordPiece tokenizer; its pooler is frozen."""
+    from pretrained_checkpoints import checkpoint
 
-    def get(name):
-        if name not in made:
-            made[name] = export_saved_model(tokenizer, encoder, str(root / name), **EXPORTS[name])
-        return made[name]
+    from tf_msemb.models.pretrained import load_pretrained
+
+    return load_pretrained(checkpoint("bert_wordpiece_uncased"))
+
+
+@pytest.fixture(scope="module")
+def exports(tokenizer, encoder, bert, tmp_path_factory):
+    """`exports(precision, model="sentence_encoder")`: the path of that export, written on first use."""
+    root, made = tmp_path_factory.mktemp("loaders"), {}
+    models = {"sentence_encoder": (tokenizer, encoder), "bert": bert}
+
+    def get(precision, model="sentence_encoder"):
+        if (precision, model) not in made:
+            made[precision, model] = export_saved_model(*models[model], str(root / f"{model}_{precision}"),
+                                                        **EXPORTS[precision])
+        return made[precision, model]
 
     return get
 
@@ -78,11 +90,14 @@ def test_tf_serving_session_loader_runs_the_signature_and_every_warmup_request(e
     path = exports(precision)
     result = _consume("session", path, tmp_path)
     assert np.abs(result["vectors"] - result["expected"]).max() <= SESSION_TOLERANCE[precision]
-    assert list(result["warmup_sizes"]) == [len(batch) for batch in warmup_batches()]
+    sizes = list(result["warmup_sizes"])
+    assert sizes[:-1] == [1, 2, 3, 4] and sizes[-1] >= WARMUP_BATCH
     np.testing.assert_allclose(result["warmup_norms"], 1.0, rtol=1e-5)
     if precision == "int8":
-        # The fused layer norm runs from 256 tokens per sub-batch: a server without its kernel fails at warm-up.
-        assert set(INT8_REQUIRED_OPS) <= set(result["ops_run"])
+        # The fused layer norm runs from 256 tokens per sub-batch: the last request takes it, a single sentence
+        # does not, so a server without its kernel fails at warm-up rather than on a user's long request.
+        assert set(INT8_REQUIRED_OPS) <= set(result["last_request_ops"])
+        assert "_MklLayerNorm" not in set(result["first_request_ops"])
 
 
 def _keras_gradients(tokenizer, encoder, projection):
@@ -97,10 +112,7 @@ def _keras_gradients(tokenizer, encoder, projection):
 GRADIENT_TOLERANCE = {"float32": 1e-5, "padded": 1e-5, "mixed_bfloat16": 2e-2, "int8": 1e-5}
 
 
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_gradients_reach_every_trainable_variable_through_the_restored_call(exports, tokenizer, encoder, precision,
-                                                                             tmp_path):
-    path = exports(precision)
+def _check_gradients(path, tokenizer, encoder, precision, tmp_path):
     result = _consume("gradients", path, tmp_path)
     names = list(result["names"])
     assert len(names) == len(encoder.trainable_variables)
@@ -112,19 +124,32 @@ def test_gradients_reach_every_trainable_variable_through_the_restored_call(expo
             assert np.isfinite(grad).all(), name
             assert np.abs(grad).max() > 0, f"{name} got a zero gradient at training={training}"
     projection = np.random.RandomState(0).normal(size=result["expected"].shape).astype(np.float32)
-    expected = _keras_gradients(tokenizer, encoder, projection)
-    expected = [tf.convert_to_tensor(grad).numpy() for grad in expected]
+    expected = [tf.convert_to_tensor(grad).numpy() for grad in _keras_gradients(tokenizer, encoder, projection)]
     scale = max(np.abs(grad).max() for grad in expected)
     for i, (name, want) in enumerate(zip(names, expected)):
         assert np.abs(result[f"grad_False_{i}"] - want).max() <= GRADIENT_TOLERANCE[precision] * scale, name
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_hub_keras_layer_fine_tunes_the_encoder(exports, precision, tmp_path):
+def test_gradients_reach_every_trainable_variable_through_the_restored_call(exports, tokenizer, encoder, precision,
+                                                                             tmp_path):
+    _check_gradients(exports(precision), tokenizer, encoder, precision, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", [p for p in PRECISIONS if p.values[0] in ("mixed_bfloat16", "int8")])
+def test_a_bert_export_below_float32_differentiates_past_its_frozen_pooler(exports, bert, precision, tmp_path):
+    """The straight-through gradient's Keras forward also reads non-trainable weights (BERT's unused pooler)."""
+    _check_gradients(exports(precision, "bert"), *bert, precision, tmp_path)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_hub_keras_layer_fine_tunes_the_encoder(exports, encoder, precision, tmp_path):
     path = exports(precision)
     result = _consume("hub", path, tmp_path)
     np.testing.assert_allclose(result["vectors"], result["expected"], atol=1e-6)
     assert np.isfinite(result["loss"]).all()
+    assert result["moved"].size == len(encoder.trainable_variables)
     assert result["moved"].all(), f"{(~result['moved']).sum()} of {result['moved'].size} weights did not move"
 
 

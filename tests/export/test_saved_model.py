@@ -250,3 +250,50 @@ def test_one_thread_gives_the_same_vectors(fixture, request, tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, cwd=str(tmp_path))
     default = tf.saved_model.load(path)(tf.constant(MIXED)).numpy()
     np.testing.assert_allclose(np.load(out), default, atol=1e-5)
+
+
+def test_internal_ops_lists_the_underscore_ops_a_graph_holds(tmp_path):
+    """Building a graph with an internal op needs no kernel, so this runs on every CPU."""
+    from tf_msemb.export.saved_model import internal_ops
+    from tf_msemb.models import onednn
+
+    class Fused(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+        def __call__(self, x):
+            return onednn.layer_norm(x, tf.ones([4]), tf.zeros([4]), 1e-6)
+
+    class Plain(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+        def __call__(self, x):
+            return tf.nn.l2_normalize(x, axis=-1)
+
+    for name, module in (("fused", Fused()), ("plain", Plain())):
+        tf.saved_model.save(module, str(tmp_path / name), signatures={"serving_default": module.__call__})
+    assert internal_ops(str(tmp_path / "fused")) == ["_MklLayerNorm"]
+    assert internal_ops(str(tmp_path / "plain")) == []
+
+
+def test_an_int8_export_where_building_the_graph_fails_stops_with_one_line_naming_the_fallback(
+        tokenizer, monkeypatch, tmp_path):
+    """A TensorFlow without the op fails while the graph is built (a ValueError), not only when it runs."""
+    from tf_msemb.models import onednn
+    from tf_msemb.models import packed
+    from tf_msemb.training.errors import one_line
+
+    def unknown_op(*args, **kwargs):
+        raise ValueError("Op type not registered '_QuantizedMatMul' in binary")
+
+    monkeypatch.setattr(onednn.tf.Graph, "create_op", unknown_op)
+    packed.int8_support.cache_clear()
+    try:
+        reason = packed.int8_support()
+        assert reason and "ValueError: Op type not registered '_QuantizedMatMul'" in reason
+        encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
+                                  intermediate_dim=32, max_sequence_length=tokenizer.max_length)
+        with pytest.raises(ValueError) as raised:
+            export_saved_model(tokenizer, encoder, str(tmp_path / "m"), precision="int8", calibration_file="x.txt")
+        line = one_line(raised.value)
+        assert "\n" not in line and "--precision=mixed_bfloat16" in line
+    finally:
+        monkeypatch.undo()
+        packed.int8_support.cache_clear()

@@ -17,6 +17,7 @@ from google.protobuf import text_format
 from conftest import REPO
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import WARMUP_BATCH
+from tf_msemb.export.serving import WARMUP_SENTENCES
 from tf_msemb.export.serving import read_warmup_requests
 from tf_msemb.models.encoder import SentenceEncoder
 
@@ -149,3 +150,17 @@ def test_client_command_line_needs_one_server_and_sentences():
                             text=True)
     assert result.returncode != 0
     assert "Give --rest=URL or --grpc=HOST:PORT (one of them) and at least one sentence." in result.stderr
+
+
+@pytest.mark.parametrize("streams", [1, 2, 4])
+def test_the_last_warmup_batch_gives_every_stream_enough_tokens_for_the_fused_norms(streams):
+    from tf_msemb.export.serving import warmup_batches
+    from tf_msemb.models.packed_backbone import FUSED_NORM_MIN_TOKENS
+
+    lengths = [3, 7, 12, 25]  # short sentences, as a large vocabulary splits them
+    batches = warmup_batches(lengths=lengths, streams=streams)
+    assert [len(b) for b in batches[:-1]] == [1, 2, 3, 4]
+    last = sorted(lengths[WARMUP_SENTENCES.index(s)] for s in batches[-1])
+    assert len(last) >= WARMUP_BATCH
+    assert min(sum(last[stream::streams]) for stream in range(streams)) >= FUSED_NORM_MIN_TOKENS
+    assert len(warmup_batches()[-1]) == WARMUP_BATCH  # without a tokenizer: the batch clients send

@@ -103,7 +103,7 @@ class EmbeddingModule(tf.Module):
     encoder's (each saved once, and the ones the functions read, so
     fine-tuning the restored lists moves the outputs);
     `inference_variables`, any other variable the functions read (a packed
-    export's cast or quantized matmul weights, dropout seed states);
+    export's cast or quantized matmul weights);
     `resources`, the tokenizer's lookup tables; the tokenizer's file as an asset.
     """
 
@@ -175,24 +175,27 @@ class EmbeddingModule(tf.Module):
         A bfloat16 export's matmuls read bfloat16 copies and an int8 one's
         read quantized weights (through oneDNN ops that have no gradient), so
         the trainable variables are not on the packed path. Its gradient is
-        therefore that of the encoder's own padded forward, which computes the
-        same function at higher precision, recomputed only when a gradient is
-        taken. The weights enter as tensors (`keras.StatelessScope`): a saved
-        custom gradient that captures variables does not load into a
-        differentiable restored function.
+        therefore that of the encoder's own padded forward in the export's
+        precision (bfloat16 compute for a bfloat16 export, float32 for int8),
+        recomputed only when a gradient is taken. Every weight enters as a
+        tensor (`keras.StatelessScope`), frozen ones too: a saved custom
+        gradient that captures variables does not load into a differentiable
+        restored function.
         """
         vectors = l2_normalize(self.packed(ids))
         if self.precision == "float32" or not differentiable:
             return vectors
-        encoder = self.encoder
-        weights = encoder.trainable_variables
+        weights = self.encoder.variables
+        trainable = {id(weight) for weight in self.encoder.trainable_variables}
 
         @tf.custom_gradient
         def straight_through(vectors, *values):
             def gradient(upstream):
                 with keras.StatelessScope(state_mapping=list(zip(weights, values))):
                     reference = l2_normalize(self._encode(ids, False))
-                return [None] + tf.gradients(reference, values, grad_ys=upstream)
+                wanted = [value for weight, value in zip(weights, values) if id(weight) in trainable]
+                grads = iter(tf.gradients(reference, wanted, grad_ys=upstream))
+                return [None] + [next(grads) if id(weight) in trainable else None for weight in weights]
 
             return tf.identity(vectors), gradient
 
@@ -291,8 +294,8 @@ def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, sm
     """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file`."""
     unsupported = int8_support()
     if unsupported:
-        raise ValueError(f"Cannot export int8: {unsupported}; export with --precision=mixed_bfloat16 (or float32) "
-                         "instead.")
+        raise ValueError(f"Cannot export int8: {unsupported}; export with --precision=mixed_bfloat16 (or float32; "
+                         "in gin, inference_module.precision = 'mixed_bfloat16') instead.")
     if not calibration_file:
         raise ValueError("precision 'int8' needs a calibration_file: a text file of sentences like those the export "
                          "will encode, one a line (bind inference_module.calibration_file, or --calibration_file).")
@@ -368,7 +371,7 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     """
     module = inference_module(tokenizer, encoder, **inference_options)
     tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
-    write_warmup_requests(path)
+    write_warmup_requests(path, tokenizer=tokenizer, streams=module.packed.streams if module.packed is not None else 1)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
                                   "packed" if module.packed is not None else "padded", selection, module.calibration,

@@ -13,6 +13,8 @@ from tensorflow_serving.apis import model_pb2
 from tensorflow_serving.apis import predict_pb2
 from tensorflow_serving.apis import prediction_log_pb2
 
+from tf_msemb.models.packed_backbone import FUSED_NORM_MIN_TOKENS
+
 SIGNATURE = "serving_default"
 INPUT_KEY = "inputs"
 OUTPUT_KEY = "outputs"
@@ -37,24 +39,41 @@ def predict_request(sentences, model_name="tf_msemb", signature_name=SIGNATURE, 
     return request
 
 
-# The last warm-up request: this many sentences, the warm-up ones in turn. It is a batch clients send, and its
-# thousand-odd tokens take every size-dependent branch of the graph (an int8 export's fused layer norms, from 256
-# tokens per side-by-side sub-batch), so a server that lacks a kernel fails at load, not on a user's long request.
+# The last warm-up request holds at least this many sentences, the warm-up ones in turn: a batch clients send.
 WARMUP_BATCH = 64
 
 
-def warmup_batches(sentences=WARMUP_SENTENCES, batch=WARMUP_BATCH):
-    """The warm-up requests' sentences: each prefix of `sentences` (batch sizes 1..n), then `batch` of them."""
-    return [list(sentences[:size]) for size in range(1, len(sentences) + 1)] + [
-        [sentences[i % len(sentences)] for i in range(batch)]]
+def warmup_batches(sentences=WARMUP_SENTENCES, lengths=None, streams=1):
+    """The warm-up requests' sentences: each prefix of `sentences` (batch sizes 1..n), then a large batch.
+
+    The large batch takes every size-dependent branch of the graph, so a
+    server that lacks a kernel fails at load, not on a user's long request:
+    given `lengths` (tokens per sentence of `sentences`), it grows until each
+    of `streams` side-by-side sub-batches (every `streams`-th sentence by
+    length, `PackedEncoder`) holds `FUSED_NORM_MIN_TOKENS` tokens, where an
+    int8 export's layer norms run fused.
+    """
+
+    def cycle(size):
+        return [sentences[i % len(sentences)] for i in range(size)]
+
+    def smallest_stream(size):
+        ordered = sorted(lengths[i % len(sentences)] for i in range(size))
+        return min(sum(ordered[stream::streams]) for stream in range(streams))
+
+    size = WARMUP_BATCH
+    while lengths is not None and smallest_stream(size) < FUSED_NORM_MIN_TOKENS:
+        size += len(sentences)
+    return [list(sentences[:prefix]) for prefix in range(1, len(sentences) + 1)] + [cycle(size)]
 
 
-def write_warmup_requests(export_path, model_name="tf_msemb", sentences=WARMUP_SENTENCES):
-    """Writes a warm-up `PredictionLog` per batch of `warmup_batches(sentences)`; returns the file path."""
+def write_warmup_requests(export_path, model_name="tf_msemb", sentences=WARMUP_SENTENCES, tokenizer=None, streams=1):
+    """Writes a warm-up `PredictionLog` per batch of `warmup_batches` (sized with `tokenizer`); returns the file path."""
+    lengths = None if tokenizer is None else tokenizer.tokenize(tf.constant(sentences)).row_lengths().numpy().tolist()
     path = os.path.join(export_path, WARMUP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
-        for batch in warmup_batches(sentences):
+        for batch in warmup_batches(sentences, lengths, streams):
             log = prediction_log_pb2.PredictionLog(
                 predict_log=prediction_log_pb2.PredictLog(request=predict_request(batch, model_name))
             )

@@ -34,6 +34,9 @@ POOLINGS = ("mean", "max", "first")
 # The TensorFlow ops an int8 graph holds beyond stock TensorFlow and tensorflow-text: oneDNN's, registered by
 # x86-64 builds only (`int8_support`).
 INT8_REQUIRED_OPS = ("_MklLayerNorm", "_QuantizedMatMul")
+# The activations `int8_support` builds, each fused into the matmul as a post-op of its own (`quantization.POST_OPS`;
+# keras-hub's tanh GELU, `GeluApproximate`, has no public Keras name to build a probe with).
+PROBED_ACTIVATIONS = ("gelu", "relu")
 # Independent sub-batches an export encodes side by side (`PackedEncoder.streams`), and the padded attention grids
 # of length-sorted sentences each runs (`PackedBackbone.attention_groups`); both leave every vector as it is.
 # int8 MiniLM on 64-sentence Multi30k batches, sentences/s in one process, interleaved: 1 stream of 1 grid 867,
@@ -137,31 +140,42 @@ class PackedEncoder(tf.Module):
         return tf.math.unsorted_segment_mean(x, ids.value_rowids(), ids.nrows())
 
 
+# Lines of TensorFlow and autograph errors that say where, not what.
+_WHERE = ("File \"", "in user code:", "Graph execution error", "Detected at node", "[", "<stack", "^")
+
+
+def _cause(error):
+    """The line of `error`'s message that says what failed (autograph and TF runtime errors put it last)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    lines = [line for line in lines if line and not line.startswith(_WHERE)]
+    return lines[-1] if lines else type(error).__name__
+
+
 @functools.cache
 def int8_support():
     """None when this TensorFlow builds and runs an int8 `PackedEncoder`'s graph, else why not (for an error line).
 
-    Probes with a tiny int8 encoder, traced and run on a batch short enough
-    for elementwise layer norms and one long enough for oneDNN's fused ones,
-    so every internal op and fused variant an int8 export holds is built
-    and run once. Any failure counts: a missing kernel is an `OpError`, a
-    build without the op or an attribute it does not know fails in graph
-    construction (`ValueError`, `TypeError`, ...).
+    Probes with a tiny int8 encoder per `PROBED_ACTIVATIONS`, traced and run
+    on a batch short enough for elementwise layer norms and one long enough
+    for oneDNN's fused ones, so every internal op an int8 export holds is
+    built and run once. Any failure counts: a missing kernel is an
+    `OpError`, a build without the op or an attribute it does not know fails
+    in graph construction (`ValueError`, `TypeError`, ...).
     """
-    tiny = ensure_built(SentenceEncoder(8, hidden_dim=8, num_layers=1, num_heads=2, intermediate_dim=16,
-                                        max_sequence_length=FUSED_NORM_MIN_TOKENS + 2, dropout=0.0))
     lengths = [FUSED_NORM_MIN_TOKENS + 2] * INFERENCE_STREAMS
     long_batch = tf.RaggedTensor.from_row_lengths(tf.ones([sum(lengths)], tf.int32), lengths)
     short_batch = tf.ragged.constant([[1, 2, 3]], tf.int32)
     try:
-        packed = PackedEncoder(tiny, "int8", calibration=[short_batch, long_batch])
-        encode = tf.function(packed)
-        for batch in (short_batch, long_batch):
-            encode(batch).numpy()
+        for activation in PROBED_ACTIVATIONS:
+            tiny = ensure_built(SentenceEncoder(8, hidden_dim=8, num_layers=1, num_heads=2, intermediate_dim=16,
+                                                max_sequence_length=FUSED_NORM_MIN_TOKENS + 2, dropout=0.0,
+                                                activation=activation))
+            encode = tf.function(PackedEncoder(tiny, "int8", calibration=[short_batch, long_batch]))
+            for batch in (short_batch, long_batch):
+                encode(batch).numpy()
     except Exception as error:  # noqa: BLE001 -- every way of failing means "no int8 here"
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return (f"this TensorFlow {tf.__version__} cannot run the oneDNN ops of int8 graphs "
-                f"({', '.join(INT8_REQUIRED_OPS)}): {type(error).__name__}: {first}. They run on x86-64 builds with "
+                f"({', '.join(INT8_REQUIRED_OPS)}): {type(error).__name__}: {_cause(error)}. They run on x86-64 builds with "
                 "oneDNN (on by default on Linux CPUs with AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX, else "
                 "TF_ENABLE_ONEDNN_OPTS=1)")
     return None
