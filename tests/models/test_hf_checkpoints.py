@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import keras
@@ -16,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO
+from conftest import run
 from tf_msemb.models.pretrained import load_pretrained
 from pretrained_checkpoints import FIXTURES
 from pretrained_checkpoints import load_reference
@@ -133,14 +133,12 @@ def test_a_tanh_gelu_checkpoint_gets_keras_hubs_tanh_gelu(tmp_path):
     assert keras.activations.serialize(layer.activation)["config"] == "keras_hub>gelu_approximate"
 
 
-def test_importing_the_trainer_leaves_keras_hubs_private_converters_unloaded():
+def test_importing_the_trainer_leaves_keras_hubs_private_converters_unloaded(tmp_path):
     """keras_hub.src is not public API: only loading a Hugging Face checkpoint imports its converters."""
     code = ("import json, sys, tf_msemb.train, tf_msemb.models; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('keras_hub.src.utils.transformers', "
             "'tf_msemb.models.hf_checkpoint')))))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout.splitlines()[-1]) == ["tf_msemb.models.hf_checkpoint"]
+    assert json.loads(run(["-c", code], tmp_path).splitlines()[-1]) == ["tf_msemb.models.hf_checkpoint"]
 
 
 def test_a_keras_hub_without_the_private_converters_fails_the_load_naming_the_module_and_the_pin(monkeypatch):
