@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.objectives import gradient_cache
 from tf_msemb.objectives.cross_replica import clip_summed_gradients
 from tf_msemb.objectives.cross_replica import num_replicas
 
@@ -22,11 +23,17 @@ class RunFacts:
         tokenizer: the student's tokenizer (exports carry it).
         total_steps: optimizer steps of the whole run (`train.num_steps`).
         global_batch_size: pairs per step over all replicas.
+        seed: the run's random seed (`train.seed`).
+        gradient_cache_chunk: rows per encoder forward of a gradient-cached
+            step (`train.gradient_cache_chunk`; None: the plain step). Only
+            objectives whose loss couples a batch's sentences take it.
     """
 
     tokenizer: object = None
     total_steps: int = None
     global_batch_size: int = None
+    seed: int = 0
+    gradient_cache_chunk: int = None
 
 
 def _gin_bindings(cls):
@@ -57,6 +64,12 @@ class Objective(keras.Model):
     the encoder are its `options` (config and export metadata), read from
     the call itself, so no subclass lists them again.
 
+    An objective whose loss couples the sentences of a batch (in-batch
+    negatives) instead names its encoder calls (`towers`) and its loss on
+    their outputs (`batch_loss`), and steps with `embedding_step`: the plain
+    step, or with `run.gradient_cache_chunk` the gradient-cached one
+    (`objectives.gradient_cache`), whose gradient is the same.
+
     Args:
         encoder: tokens -> `[b, d]` (the model exported after training).
         run: the trainer's `RunFacts` (None outside the trainer, e.g. in tests).
@@ -82,6 +95,12 @@ class Objective(keras.Model):
         self.encoder = encoder
         self.run = run or RunFacts()
         self._trackers = []
+        chunk = self.run.gradient_cache_chunk
+        if chunk is not None and not self.couples_batch:
+            raise ValueError(f"train.gradient_cache_chunk = {chunk} needs an objective whose loss couples the "
+                             f"sentences of a batch; {type(self).__name__}'s loss is per pair (unset it).")
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"train.gradient_cache_chunk = {chunk} must be a positive number of rows.")
 
     @property
     def options(self):
@@ -96,6 +115,19 @@ class Objective(keras.Model):
     def exports(self):
         """`{name: (tokenizer, encoder)}` of the models a run exports; `"encoder"` is the main one."""
         return {"encoder": (self.run.tokenizer, self.encoder)}
+
+    @property
+    def couples_batch(self):
+        """Whether this objective steps through `towers` and `batch_loss` (and so can cache gradients)."""
+        return type(self).towers is not Objective.towers
+
+    def towers(self, data):
+        """`{name: gradient_cache.Tower}`: the encoder calls whose outputs `batch_loss` reads."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its step into towers and a batch loss.")
+
+    def batch_loss(self, embeddings, data):
+        """`{"loss": ..., other reported values}` from `{name: [n, d] embedding}` of `towers(data)`."""
+        raise NotImplementedError(f"{type(self).__name__} does not split its step into towers and a batch loss.")
 
     def add_trackers(self, *names):
         """Running means that `report` updates by name."""
@@ -134,13 +166,64 @@ class Objective(keras.Model):
         a 1.2 s step). Replicas then all-reduce the whole table's gradient.
         """
         variables = self.trainable_variables if variables is None else variables
-        gradients = tape.gradient(scaled_loss, variables)
+        self.apply_gradients(tape.gradient(scaled_loss, variables), variables)
+
+    def apply_gradients(self, gradients, variables):
+        """Applies this replica's gradients of the scaled loss (densified, clipped as in `minimize`)."""
         gradients = [_dense(g) for g in gradients]
         clip_norm = getattr(getattr(self.optimizer, "inner_optimizer", self.optimizer), "global_clipnorm", None)
         if clip_norm:
             # Gradients of a scaled loss (mixed_float16) are scaled too; so is the threshold.
             gradients = clip_summed_gradients(gradients, clip_norm * self.optimizer.scale_loss(1.0))
         self.optimizer.apply(gradients, variables)
+
+    def embedding_step(self, data):
+        """One optimizer step on `batch_loss(towers(data))`; returns its results.
+
+        Plain: every tower embeds the whole batch under one tape. With
+        `run.gradient_cache_chunk`: the three passes of
+        `objectives.gradient_cache`, `chunk` rows per encoder forward; the
+        same gradient (same dropout masks) in a chunk's activations.
+        """
+        towers = self.towers(data)
+        if self.run.gradient_cache_chunk is None:
+            with tf.GradientTape() as tape:
+                embeddings = {name: tower.encoder(tower.tokens, training=True) for name, tower in towers.items()}
+                results = self.batch_loss(embeddings, data)
+                scaled_loss = self.loss_to_minimize(results["loss"])
+            self.minimize(tape, scaled_loss)
+            return results
+        return self._cached_step(towers, data)
+
+    def _cached_step(self, towers, data):
+        size = self.run.gradient_cache_chunk
+        step = self.optimizer.iterations
+
+        def seeds(tower_index):
+            return lambda chunk: gradient_cache.chunk_seed(self.run.seed, step, tower_index, chunk)
+
+        embeddings = {name: gradient_cache.embed_in_chunks(tower, size, seeds(index))
+                      for index, (name, tower) in enumerate(towers.items())}
+        variables = self.trainable_variables
+        with tf.GradientTape() as tape:
+            tape.watch(list(embeddings.values()))
+            results = self.batch_loss(embeddings, data)
+            scaled_loss = self.loss_to_minimize(results["loss"])
+        gradients = tape.gradient(scaled_loss, [*embeddings.values(), *variables])
+        cached = dict(zip(embeddings, gradients[: len(embeddings)]))
+        gradients = gradients[len(embeddings) :]
+        position = {id(variable): index for index, variable in enumerate(variables)}
+        totals = [None if g is None else _dense(g) for g in gradients]
+        # The loss after the step's embeddings: the second forwards must not race the first ones' seed states.
+        with tf.control_dependencies([scaled_loss]):
+            for index, (name, tower) in enumerate(towers.items()):
+                own = [position[id(v)] for v in tower.encoder.trainable_variables]
+                sums = gradient_cache.accumulate_chunk_gradients(
+                    tower, cached[name], [variables[i] for i in own], [totals[i] for i in own], size, seeds(index))
+                for i, value in zip(own, sums):
+                    totals[i] = value
+        self.apply_gradients(totals, variables)
+        return results
 
     def report(self, **values):
         """Updates each tracker with the value of its name and returns every tracker's result.

@@ -10,6 +10,7 @@ from tf_msemb.losses.translation_ranking import forward_ranking_loss
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.gradient_cache import Tower
 from tf_msemb.objectives.translation_ranking import TranslationRanking
 
 SCORINGS = ("dot", "cosine")
@@ -89,28 +90,29 @@ class BidirectionalDualEncoder(TranslationRanking):
         """`[b, h, l]` tokens -> `[b * h, l]`."""
         return {key: tf.reshape(value, [-1, tf.shape(value)[-1]]) for key, value in tokens.items()}
 
-    def train_step(self, data):
-        with tf.GradientTape() as tape:
-            raw_x = self.encoder(data["src"], training=True)
-            raw_y = self.encoder(data["tgt"], training=True)
-            x, y = self._scored(raw_x), self._scored(raw_y)
-            local = [x, y]
-            if self.num_hard_negatives:
-                hard = self._flat(data["hard_negatives"])
-                target_keys, hard_keys = sentence_keys(data["tgt"], hard)
-                local += [self._scored(self.encoder(hard, training=True)), target_keys, hard_keys]
-            gathered, labels = gather_candidates(*local)
-            negatives, kept = None, None
-            if self.num_hard_negatives:
-                negatives, target_keys, hard_keys = gathered[2:]
-                kept = tf.reduce_all(hard_keys[:, None] != target_keys[None, :], axis=1)
-            if self.bidirectional:
-                ranking = bidirectional_ranking_loss(x, y, gathered[0], gathered[1], labels, self.scale, self.margin,
-                                                     negatives, kept)
-            else:
-                ranking = forward_ranking_loss(x, gathered[1], labels, self.scale, self.margin, negatives, kept)
-            penalty = embedding_length_penalty(tf.concat([raw_x, raw_y], axis=0), self.length_penalty)
-            loss = ranking + penalty
-            scaled_loss = self.loss_to_minimize(loss)
-        self.minimize(tape, scaled_loss)
-        return self.report(loss=loss, accuracy=accuracy(x, gathered[1], labels), length_penalty=penalty)
+    def towers(self, data):
+        """Sources, targets and (flattened) hard negatives, all through the one encoder."""
+        towers = {"x": Tower(self.encoder, data["src"]), "y": Tower(self.encoder, data["tgt"])}
+        if self.num_hard_negatives:
+            towers["hard"] = Tower(self.encoder, self._flat(data["hard_negatives"]))
+        return towers
+
+    def batch_loss(self, embeddings, data):
+        raw_x, raw_y = embeddings["x"], embeddings["y"]
+        x, y = self._scored(raw_x), self._scored(raw_y)
+        local = [x, y]
+        if self.num_hard_negatives:
+            target_keys, hard_keys = sentence_keys(data["tgt"], self._flat(data["hard_negatives"]))
+            local += [self._scored(embeddings["hard"]), target_keys, hard_keys]
+        gathered, labels = gather_candidates(*local)
+        negatives, kept = None, None
+        if self.num_hard_negatives:
+            negatives, target_keys, hard_keys = gathered[2:]
+            kept = tf.reduce_all(hard_keys[:, None] != target_keys[None, :], axis=1)
+        if self.bidirectional:
+            ranking = bidirectional_ranking_loss(x, y, gathered[0], gathered[1], labels, self.scale, self.margin,
+                                                 negatives, kept)
+        else:
+            ranking = forward_ranking_loss(x, gathered[1], labels, self.scale, self.margin, negatives, kept)
+        penalty = embedding_length_penalty(tf.concat([raw_x, raw_y], axis=0), self.length_penalty)
+        return {"loss": ranking + penalty, "accuracy": accuracy(x, gathered[1], labels), "length_penalty": penalty}

@@ -15,6 +15,7 @@ from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.gradient_cache import Tower
 from tf_msemb.objectives.momentum import momentum_copy
 from tf_msemb.objectives.momentum import momentum_update
 
@@ -137,30 +138,37 @@ class DualMomentumContrast(Objective):
         Returns `{"loss", "accuracy", "keys_x", "keys_y"[, "nli_loss"]}`; the
         keys (momentum encoders, gathered over replicas) carry no gradient.
         """
+        embeddings = {name: tower.encoder(tower.tokens, training=training) for name, tower in self.towers(data).items()}
+        return self.batch_loss(embeddings, data, training)
+
+    def towers(self, data):
+        """The base encoders' queries of both sides (and the NLI pairs' sentences); keys are no tower."""
+        towers = {"x": Tower(self.encoder, data["src"]), "y": Tower(self.target_encoder, data["tgt"])}
+        if self.nli_weight:
+            towers.update(premise=Tower(self.encoder, data["nli"]["a"]),
+                          hypothesis=Tower(self.encoder, data["nli"]["b"]))
+        return towers
+
+    def batch_loss(self, embeddings, data, training=True):
         key_x = tf.stop_gradient(l2_normalize(self.momentum_encoder(data["src"], training=False)))
         key_y = tf.stop_gradient(l2_normalize(self.target_momentum_encoder(data["tgt"], training=False)))
         (keys_x, keys_y), labels = gather_candidates(key_x, key_y)
         valid = tf.range(self.queue_size) < self.queue_filled.value
-        h_x = l2_normalize(self.encoder(data["src"], training=training))
-        h_y = l2_normalize(self.target_encoder(data["tgt"], training=training))
+        h_x, h_y = l2_normalize(embeddings["x"]), l2_normalize(embeddings["y"])
         queue_x, queue_y = tf.stop_gradient(self.queue_x.value), tf.stop_gradient(self.queue_y.value)
         loss = symmetric_queue_loss(h_x, h_y, keys_x, keys_y, labels, queue_x, queue_y, self.temperature, valid,
                                     self.in_batch_negatives)
         results = {"accuracy": accuracy(h_x, keys_y, labels), "keys_x": keys_x, "keys_y": keys_y}
         if self.nli_weight:
             # App. B: the head classifies the sentence representations, L2-normalized as in Eq. 2.
-            premise = l2_normalize(self.encoder(data["nli"]["a"], training=training))
-            hypothesis = l2_normalize(self.encoder(data["nli"]["b"], training=training))
+            premise, hypothesis = l2_normalize(embeddings["premise"]), l2_normalize(embeddings["hypothesis"])
             logits = self.nli_head(pair_features(premise, hypothesis), training=training)
             results["nli_loss"] = nli_softmax_loss(logits, data["nli"]["target"])
             loss = loss + self.nli_weight * results["nli_loss"]
         return {"loss": loss, **results}
 
     def train_step(self, data):
-        with tf.GradientTape() as tape:
-            results = self.contrastive_loss(data)
-            scaled_loss = self.loss_to_minimize(results["loss"])
-        self.minimize(tape, scaled_loss)
+        results = self.embedding_step(data)
         keys = results.pop("keys_x"), results.pop("keys_y")
         # After this step's keys and loss, explicitly: without it, about 1 one-device step in 12 (2 inter-op
         # threads, a loaded CPU) scored against momentum weights being updated; 0 in 120 with it.

@@ -13,6 +13,7 @@ from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.gradient_cache import Tower
 from tf_msemb.text import vocabulary
 
 CONTRASTIVE = ("info_nce", "ams", None)
@@ -141,6 +142,10 @@ class EMS(Objective):
         """`(xtr loss, contrastive loss)` of a batch; either is 0 when switched off."""
         u = self.encoder(data["src"], training=training)
         v = self.encoder(data["tgt"], training=training)
+        return self.losses_from_sentences(u, v, data)
+
+    def losses_from_sentences(self, u, v, data):
+        """`(xtr loss, contrastive loss)` of sentence vectors `u` (sources) and `v` (targets) of `data`."""
         xtr_loss = contrastive_loss = tf.constant(0.0)
         if self.xtr:
             bags = [
@@ -161,10 +166,13 @@ class EMS(Objective):
                                                           self.margin)
         return xtr_loss, contrastive_loss
 
+    def towers(self, data):
+        """Sources (`u`) and targets (`v`) through the one encoder; the heads run in `batch_loss`."""
+        return {"u": Tower(self.encoder, data["src"]), "v": Tower(self.encoder, data["tgt"])}
+
+    def batch_loss(self, embeddings, data):
+        xtr_loss, contrastive_loss = self.losses_from_sentences(embeddings["u"], embeddings["v"], data)
+        return {"loss": xtr_loss + contrastive_loss, "xtr_loss": xtr_loss, "contrastive_loss": contrastive_loss}
+
     def train_step(self, data):
-        with tf.GradientTape() as tape:
-            xtr_loss, contrastive_loss = self.losses_for(data)
-            loss = xtr_loss + contrastive_loss
-            scaled_loss = self.loss_to_minimize(loss)
-        self.minimize(tape, scaled_loss)
-        return self.report(loss=loss, xtr_loss=xtr_loss, contrastive_loss=contrastive_loss)
+        return self.report(**self.embedding_step(data))

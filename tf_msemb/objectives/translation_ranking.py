@@ -8,6 +8,7 @@ from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.gradient_cache import Tower
 
 
 @gin.configurable(denylist=["encoder"])
@@ -33,12 +34,15 @@ class TranslationRanking(Objective):
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
 
+    def towers(self, data):
+        """Both sides through the one encoder."""
+        return {"x": Tower(self.encoder, data["src"]), "y": Tower(self.encoder, data["tgt"])}
+
+    def batch_loss(self, embeddings, data):
+        x, y = l2_normalize(embeddings["x"]), l2_normalize(embeddings["y"])
+        (x_all, y_all), labels = gather_candidates(x, y)
+        loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, self.scale, self.margin)
+        return {"loss": loss, "accuracy": accuracy(x, y_all, labels)}
+
     def train_step(self, data):
-        with tf.GradientTape() as tape:
-            x = self(data["src"], training=True)
-            y = self(data["tgt"], training=True)
-            (x_all, y_all), labels = gather_candidates(x, y)
-            loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, self.scale, self.margin)
-            scaled_loss = self.loss_to_minimize(loss)
-        self.minimize(tape, scaled_loss)
-        return self.report(loss=loss, accuracy=accuracy(x, y_all, labels))
+        return self.report(**self.embedding_step(data))

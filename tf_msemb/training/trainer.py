@@ -258,7 +258,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
           global_batch_size=64, per_replica_batch_size=None, num_steps=1000, strategy="default", log_every=50,
           checkpoint_every=1000, keep_checkpoints=3, export_every=None, seed=0, max_train_minutes=None,
           dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False,
-          packed_training=True, evaluators=(), eval_every=None, best_metric=None, best_mode="max", patience=None):
+          packed_training=True, evaluators=(), eval_every=None, best_metric=None, best_mode="max", patience=None,
+          gradient_cache_chunk=None):
     """Trains `objective(encoder=..., run=...)` and exports what it names (`Objective.exports`).
 
     `model_dir` gets checkpoints (an existing one is resumed exactly: weights,
@@ -282,7 +283,11 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (`evaluation.evaluator.Evaluator`s) run every `eval_every` steps and at
     the end; `best_metric` (with `best_mode` max or min) keeps `export/best`
     and `best/ckpt`, and `patience` stops after that many evaluations without
-    improvement (see `training.dev_evaluation`).
+    improvement (see `training.dev_evaluation`). `gradient_cache_chunk`
+    (rows) trains an objective with in-batch negatives by gradient caching
+    (`objectives.gradient_cache`): the same gradient as the plain step, in
+    the memory of one chunk's encoder activations, so the batch can exceed
+    what fits at once.
     Returns `{"export", "steps" (run now), "pairs_per_second", "seconds",
     "eval_seconds"}`, the rate measured after the first log line so start-up
     and tracing do not count; evaluation's share of the run is printed.
@@ -296,8 +301,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     if (pretrained is None) == (tokenizer is None):
         raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
     with strategy.scope(), precision_policy(precision):
-        model, tokenizer = build_objective(objective, RunFacts(tokenizer, num_steps, global_batch_size), encoder,
-                                           pretrained, init_from, model_dir, precision)
+        run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk)
+        model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision)
     set_packed_training(model, packed_training)
     inputs = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, features=model.input_features)
     # Dropout's random-seed states are Keras variables that the layers do not
