@@ -66,7 +66,8 @@ def test_seed000_three_stages_nli_then_sts_then_ema(tmp_path, quickstart_records
 
 @pytest.mark.parametrize(
     "config,objective_metric",
-    [("moco.gin", "accuracy"), ("bide_ams.gin", "length_penalty"), ("ems.gin", "xtr_loss"),
+    [("moco.gin", "accuracy"), ("bide_ams.gin", "length_penalty"), ("bide_ams_big_batch.gin", "length_penalty"),
+     ("ems.gin", "xtr_loss"),
      ("ems_paper.gin", "contrastive_loss")],
 )
 def test_contrastive_recipes_on_a_vocabulary_with_language_tokens(tmp_path, spm_model, quickstart_records, config,

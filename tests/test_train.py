@@ -220,3 +220,22 @@ def test_bfloat16_with_xla_trains_and_exports_float32(tmp_path, spm_model, quick
     # evaluation/, is a float64 bookkeeping number, not a weight).
     floating = {dtype for name, dtype in dtypes.items() if dtype.is_floating and not name.startswith("evaluation/")}
     assert floating == {tf.float32}
+
+
+def test_gradient_caching_through_the_command_line_trains(tmp_path, spm_model, quickstart_records):
+    """`train.gradient_cache_chunk` reaches the objective (exact resume: tests/training/test_resume.py)."""
+    result = run_train(tmp_path / "run", spm_model, quickstart_records, "train.num_steps = 8",
+                       "train.gradient_cache_chunk = 4", "train.log_every = 4", "make_optimizer.warmup_steps = 2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "train.gradient_cache_chunk = 4" in (tmp_path / "run" / "operative_config.gin").read_text()
+    losses = [float(m.group(3)) for m in progress_lines(result.stdout)]
+    assert len(losses) == 2 and losses[1] < losses[0]
+
+
+def test_gradient_caching_on_a_per_pair_objective_is_one_error_line(tmp_path, spm_model, quickstart_records):
+    result = run_train(tmp_path / "run", spm_model, quickstart_records, "train.gradient_cache_chunk = 4",
+                       "train.objective = @SiameseSimilarity", "train.dataset_fn = @make_distributed_labeled_dataset")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "error: train.gradient_cache_chunk = 4 needs an objective whose loss couples the sentences of a batch; "
+        "SiameseSimilarity's loss is per pair"), result.stderr[-2000:]

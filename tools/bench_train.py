@@ -10,6 +10,11 @@ is the config as written; `live` binds a live teacher
 without teacher vectors). The rate excludes start-up and tracing (it starts
 after the first logged step). Extra `--gin_param`s apply to every variant.
 `--intra_op_threads` may repeat: a row of each variant per setting.
+`--grad_cache_chunk` may repeat too: a row per chunk size, 0 for the plain
+step (`train.gradient_cache_chunk`, objectives with in-batch negatives):
+
+    python tools/bench_train.py --gin_file=configs/bide_ams.gin --batch_size=1024 \
+        --steps=3 --warmup=2 --grad_cache_chunk=0 --grad_cache_chunk=128 --peer=false
 
 When `--peer_python` (default: this interpreter) has the optional `bench`
 extra, the same recipe also runs in sentence-transformers
@@ -39,7 +44,10 @@ from peer import run_peer
 flags.DEFINE_multi_string("gin_file", [], "Recipe(s) to benchmark.")
 flags.DEFINE_multi_string("gin_param", [], "Extra bindings for every variant.")
 flags.DEFINE_integer("batch_size", 64, "Global batch size (translation pairs per step).")
-flags.DEFINE_integer("steps", 40, "Measured steps (after 10 warm-up steps).")
+flags.DEFINE_integer("steps", 40, "Measured steps (after the warm-up steps).")
+flags.DEFINE_integer("warmup", 10, "Steps before the measured ones (tracing, first allocations); at least 1.")
+flags.DEFINE_multi_integer("grad_cache_chunk", [0], "Rows per forward of a gradient-cached step (0: the plain "
+                           "step); repeat for a row per setting.")
 flags.DEFINE_multi_enum("variant", ["precomputed"], ["precomputed", "live"], "Teacher variants to run.")
 flags.DEFINE_string("live_corpus", None, "Corpus without teacher vectors, for the live variant.")
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher of the live variant.")
@@ -50,8 +58,6 @@ flags.DEFINE_string("peer_model", None, "sentence-transformers student (default:
 flags.DEFINE_bool("peer", True, "Run the sentence-transformers side when it is installed.")
 flags.DEFINE_bool("child", False, "Internal: run one variant in this process and print JSON.")
 FLAGS = flags.FLAGS
-
-WARMUP = 10
 
 
 def _variant_bindings(variant):
@@ -67,7 +73,7 @@ def _variant_bindings(variant):
 
 
 def run_child():
-    """Trains WARMUP + steps in this process; prints throughput and peak RSS as JSON."""
+    """Trains warm-up + measured steps in this process; prints throughput and peak RSS as JSON."""
     from tf_msemb.config import parse_config
     from tf_msemb.runtime import set_threads
     from tf_msemb.training.trainer import train
@@ -78,8 +84,9 @@ def run_child():
         result = train(
             model_dir,
             global_batch_size=FLAGS.batch_size,
-            num_steps=WARMUP + FLAGS.steps,
-            log_every=WARMUP,
+            num_steps=FLAGS.warmup + FLAGS.steps,
+            log_every=FLAGS.warmup,
+            gradient_cache_chunk=FLAGS.grad_cache_chunk[0] or None,
             checkpoint_every=10**9,
             max_train_minutes=None,
             evaluators=(),  # training alone: the recipe's dev evaluation would add its time and memory
@@ -131,31 +138,37 @@ def main(argv):
     if FLAGS.child:
         run_child()
         return
+    if FLAGS.warmup < 1:
+        raise ValueError(f"--warmup={FLAGS.warmup}: the rate starts after the first logged step, so at least 1.")
     rows = []
     settings = list(dict.fromkeys(FLAGS.intra_op_threads))
+    chunks = list(dict.fromkeys(FLAGS.grad_cache_chunk))
     for variant in FLAGS.variant:
         for threads in settings:
-            command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}",
-                       f"--steps={FLAGS.steps}", f"--intra_op_threads={threads}"]
-            command += [f"--gin_file={f}" for f in FLAGS.gin_file]
-            command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
-            name = variant + (f" intra {threads or 'TF'}" if settings != [0] else "")
-            rows.append((name, run_json(command, f"variant {name}")))
+            for chunk in chunks:
+                command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}",
+                           f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--intra_op_threads={threads}",
+                           f"--grad_cache_chunk={chunk}"]
+                command += [f"--gin_file={f}" for f in FLAGS.gin_file]
+                command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
+                name = variant + (f" intra {threads or 'TF'}" if settings != [0] else "")
+                name += (f" cached {chunk}" if chunk else " plain") if chunks != [0] else ""
+                rows.append((name, run_json(command, f"variant {name}")))
     if FLAGS.peer and peer_available(FLAGS.peer_python):
         with tempfile.TemporaryDirectory() as work:
             pairs = os.path.join(work, "pairs.jsonl")
-            if _peer_pairs(pairs, (WARMUP + FLAGS.steps) * FLAGS.batch_size):
+            if _peer_pairs(pairs, (FLAGS.warmup + FLAGS.steps) * FLAGS.batch_size):
                 theirs = run_peer(FLAGS.peer_python, "train", f"--model={FLAGS.peer_model or packaged_minilm()}",
                                   f"--pairs={pairs}", f"--batch_size={FLAGS.batch_size}", f"--steps={FLAGS.steps}",
-                                  f"--warmup={WARMUP}")
+                                  f"--warmup={FLAGS.warmup}")
                 rows.append(("sentence-transformers", theirs))
             else:
                 print("(sentence-transformers side skipped: the recipe has no precomputed teacher vectors)")
     elif FLAGS.peer:
         print(missing_note(FLAGS.peer_python))
-    print(f"{'variant':<24} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
+    print(f"{'variant':<32} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
     for variant, r in rows:
-        print(f"{variant:<24} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
+        print(f"{variant:<32} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
     if rows[-1][0] == "sentence-transformers":
         theirs = rows[-1][1]["pairs_per_second"]
         for variant, r in rows[:-1]:

@@ -26,3 +26,12 @@ def test_a_row_of_each_variant_per_intra_op_thread_setting(tmp_path, spm_model, 
                "--gin_param=SentenceEncoder.num_layers = 1", "--intra_op_threads=0", "--intra_op_threads=1"], tmp_path)
     for name in ("precomputed intra TF", "precomputed intra 1"):
         assert re.search(rf"^{name}\s+8\s+[\d.]+\s+\d+$", out, flags=re.M), out
+
+
+def test_a_row_per_gradient_cache_setting(tmp_path, spm_model, quickstart_records):
+    out = run([f"{REPO}/tools/bench_train.py", f"--gin_file={REPO}/configs/quickstart.gin", "--batch_size=8", "--steps=2",
+               "--warmup=1", f"--gin_param=SentencePieceTokenizer.model_file = '{spm_model}'",
+               f"--gin_param=make_dataset.corpora = ['{quickstart_records}']",
+               "--gin_param=SentenceEncoder.num_layers = 1", "--grad_cache_chunk=0", "--grad_cache_chunk=4"], tmp_path)
+    for name in ("precomputed plain", "precomputed cached 4"):
+        assert re.search(rf"^{name}\s+8\s+[\d.]+\s+\d+$", out, flags=re.M), out

@@ -12,7 +12,10 @@ activation. The step splits in three:
    `d embeddings / d weights` times the chunk's cached gradient
    (`accumulate_chunk_gradients`).
 
-Peak memory is one chunk's activations plus the batch's embeddings; the
+Chunks run one after another (`parallel_iterations=1`: a chunk's seed
+assignment must not meet another chunk's dropout, and only one chunk's
+activations may be alive). Peak memory is one chunk's activations plus the
+batch's embeddings; the
 gradient equals the full-batch one, provided each chunk's second forward
 draws the dropout masks of its first. Masks come from Keras' seed
 generators: before each chunk forward, `seed_dropout` sets every generator
@@ -91,14 +94,17 @@ def embed_in_chunks(tower, size, seed_of):
         return index + 1, parts.write(index, tf.cast(embedding, tf.float32))
 
     parts = tf.TensorArray(tf.float32, size=count, infer_shape=False)
-    _, parts = tf.while_loop(lambda index, _: index < count, body, (tf.constant(0), parts))
+    _, parts = tf.while_loop(lambda index, _: index < count, body, (tf.constant(0), parts), parallel_iterations=1)
     embeddings = parts.concat()
     embeddings.set_shape([None, *width])
     return tf.stop_gradient(embeddings)
 
 
-def _dense(gradient):
-    return tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
+def _add(total, gradient):
+    """`total + gradient`; an embedding table's `IndexedSlices` are added at their rows (no dense copy per chunk)."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.tensor_scatter_nd_add(total, gradient.indices[:, None], tf.cast(gradient.values, total.dtype))
+    return total + tf.cast(gradient, total.dtype)
 
 
 def accumulate_chunk_gradients(tower, cached, variables, totals, size, seed_of):
@@ -121,8 +127,8 @@ def accumulate_chunk_gradients(tower, cached, variables, totals, size, seed_of):
         upstream = tf.cast(_chunk(cached, index, size), embedding.dtype)
         gradients = tape.gradient(embedding, variables, output_gradients=upstream)
         reached.update(i for i, g in enumerate(gradients) if g is not None)
-        return (index + 1, *[s if g is None else s + tf.cast(_dense(g), s.dtype) for s, g in zip(sums, gradients)])
+        return (index + 1, *[s if g is None else _add(s, g) for s, g in zip(sums, gradients)])
 
     start = [tf.zeros(v.shape, v.dtype) if t is None else t for v, t in zip(variables, totals)]
-    results = tf.while_loop(lambda index, *_: index < count, body, (tf.constant(0), *start))
+    results = tf.while_loop(lambda index, *_: index < count, body, (tf.constant(0), *start), parallel_iterations=1)
     return [s if t is not None or i in reached else None for i, (s, t) in enumerate(zip(results[1:], totals))]
