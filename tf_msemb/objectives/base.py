@@ -196,33 +196,17 @@ class Objective(keras.Model):
         return self._cached_step(towers, data)
 
     def _cached_step(self, towers, data):
-        size = self.run.gradient_cache_chunk
-        step = self.optimizer.iterations
+        def seed_of(tower, chunk):
+            return gradient_cache.chunk_seed(self.run.seed, self.optimizer.iterations, tower, chunk)
 
-        def seeds(tower_index):
-            return lambda chunk: gradient_cache.chunk_seed(self.run.seed, step, tower_index, chunk)
-
-        embeddings = {name: gradient_cache.embed_in_chunks(tower, size, seeds(index))
-                      for index, (name, tower) in enumerate(towers.items())}
-        variables = self.trainable_variables
-        with tf.GradientTape() as tape:
-            tape.watch(list(embeddings.values()))
+        def loss(embeddings):
             results = self.batch_loss(embeddings, data)
-            scaled_loss = self.loss_to_minimize(results["loss"])
-        gradients = tape.gradient(scaled_loss, [*embeddings.values(), *variables])
-        cached = dict(zip(embeddings, gradients[: len(embeddings)]))
-        gradients = gradients[len(embeddings) :]
-        position = {id(variable): index for index, variable in enumerate(variables)}
-        totals = [None if g is None else _dense(g) for g in gradients]
-        # The loss after the step's embeddings: the second forwards must not race the first ones' seed states.
-        with tf.control_dependencies([scaled_loss]):
-            for index, (name, tower) in enumerate(towers.items()):
-                own = [position[id(v)] for v in tower.encoder.trainable_variables]
-                sums = gradient_cache.accumulate_chunk_gradients(
-                    tower, cached[name], [variables[i] for i in own], [totals[i] for i in own], size, seeds(index))
-                for i, value in zip(own, sums):
-                    totals[i] = value
-        self.apply_gradients(totals, variables)
+            return results, self.loss_to_minimize(results["loss"])
+
+        variables = self.trainable_variables
+        results, gradients = gradient_cache.cached_gradients(towers, loss, variables, self.run.gradient_cache_chunk,
+                                                             seed_of)
+        self.apply_gradients(gradients, variables)
         return results
 
     def report(self, **values):

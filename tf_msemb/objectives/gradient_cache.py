@@ -28,6 +28,7 @@ whole batch.
 """
 
 import dataclasses
+import functools
 
 import tensorflow as tf
 
@@ -132,3 +133,32 @@ def accumulate_chunk_gradients(tower, cached, variables, totals, size, seed_of):
     start = [tf.zeros(v.shape, v.dtype) if t is None else t for v, t in zip(variables, totals)]
     results = tf.while_loop(lambda index, *_: index < count, body, (tf.constant(0), *start), parallel_iterations=1)
     return [s if t is not None or i in reached else None for i, (s, t) in enumerate(zip(results[1:], totals))]
+
+
+def cached_gradients(towers, loss, variables, size, seed_of):
+    """`(results, gradients)` of one gradient-cached step: the three passes, `size` rows per encoder forward.
+
+    `towers` is `{name: Tower}`; `loss(embeddings)` returns `(results, the
+    loss to differentiate)` from `{name: [n, d]}`; `seed_of(tower index,
+    chunk)` is a chunk's dropout seed. `gradients` follow `variables` (None
+    where nothing reaches one): the loss pass's (heads, and any encoder
+    weight the loss reads itself) plus every tower's accumulated chunks.
+    """
+    embeddings = {name: embed_in_chunks(tower, size, functools.partial(seed_of, index))
+                  for index, (name, tower) in enumerate(towers.items())}
+    with tf.GradientTape() as tape:
+        tape.watch(list(embeddings.values()))
+        results, scaled_loss = loss(embeddings)
+    gradients = tape.gradient(scaled_loss, [*embeddings.values(), *variables])
+    cached = dict(zip(embeddings, gradients[: len(embeddings)]))
+    totals = [None if g is None else tf.convert_to_tensor(g) for g in gradients[len(embeddings) :]]
+    position = {id(variable): index for index, variable in enumerate(variables)}
+    # After the loss: the second forwards set the seed states the first ones read.
+    with tf.control_dependencies([scaled_loss]):
+        for index, (name, tower) in enumerate(towers.items()):
+            own = [position[id(v)] for v in tower.encoder.trainable_variables]
+            sums = accumulate_chunk_gradients(tower, cached[name], [variables[i] for i in own],
+                                              [totals[i] for i in own], size, functools.partial(seed_of, index))
+            for i, value in zip(own, sums):
+                totals[i] = value
+    return results, totals
