@@ -239,3 +239,12 @@ def test_gradient_caching_on_a_per_pair_objective_is_one_error_line(tmp_path, sp
     assert result.stderr.strip().splitlines()[-1].startswith(
         "error: train.gradient_cache_chunk = 4 needs an objective whose loss couples the sentences of a batch; "
         "SiameseSimilarity's loss is per pair"), result.stderr[-2000:]
+
+
+def test_gradient_caching_under_xla_is_one_error_line(tmp_path, spm_model, quickstart_records):
+    result = run_train(tmp_path / "run", spm_model, quickstart_records, "train.gradient_cache_chunk = 4",
+                       "train.jit_compile = True")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: train.gradient_cache_chunk = 4 runs its chunks in a loop of dynamic slices, which XLA does not "
+        "compile; unset train.jit_compile."), result.stderr[-2000:]

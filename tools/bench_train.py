@@ -46,8 +46,8 @@ flags.DEFINE_multi_string("gin_param", [], "Extra bindings for every variant.")
 flags.DEFINE_integer("batch_size", 64, "Global batch size (translation pairs per step).")
 flags.DEFINE_integer("steps", 40, "Measured steps (after the warm-up steps).")
 flags.DEFINE_integer("warmup", 10, "Steps before the measured ones (tracing, first allocations); at least 1.")
-flags.DEFINE_multi_integer("grad_cache_chunk", [0], "Rows per forward of a gradient-cached step (0: the plain "
-                           "step); repeat for a row per setting.")
+flags.DEFINE_multi_integer("grad_cache_chunk", None, "Rows per forward of a gradient-cached step (0: the plain "
+                           "step); repeat for a row per setting. Unset: the recipe's own train.gradient_cache_chunk.")
 flags.DEFINE_multi_enum("variant", ["precomputed"], ["precomputed", "live"], "Teacher variants to run.")
 flags.DEFINE_string("live_corpus", None, "Corpus without teacher vectors, for the live variant.")
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher of the live variant.")
@@ -80,13 +80,15 @@ def run_child():
 
     set_threads(FLAGS.intra_op_threads[0])
     parse_config(FLAGS.gin_file, FLAGS.gin_param)
+    # Passed only when asked for: an explicit argument would hide the recipe's own binding.
+    cache = {} if FLAGS.grad_cache_chunk is None else {"gradient_cache_chunk": FLAGS.grad_cache_chunk[0] or None}
     with tempfile.TemporaryDirectory() as model_dir:
         result = train(
             model_dir,
+            **cache,
             global_batch_size=FLAGS.batch_size,
             num_steps=FLAGS.warmup + FLAGS.steps,
             log_every=FLAGS.warmup,
-            gradient_cache_chunk=FLAGS.grad_cache_chunk[0] or None,
             checkpoint_every=10**9,
             max_train_minutes=None,
             evaluators=(),  # training alone: the recipe's dev evaluation would add its time and memory
@@ -142,17 +144,17 @@ def main(argv):
         raise ValueError(f"--warmup={FLAGS.warmup}: the rate starts after the first logged step, so at least 1.")
     rows = []
     settings = list(dict.fromkeys(FLAGS.intra_op_threads))
-    chunks = list(dict.fromkeys(FLAGS.grad_cache_chunk))
+    chunks = list(dict.fromkeys(FLAGS.grad_cache_chunk or [None]))
     for variant in FLAGS.variant:
         for threads in settings:
             for chunk in chunks:
                 command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}",
-                           f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--intra_op_threads={threads}",
-                           f"--grad_cache_chunk={chunk}"]
+                           f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--intra_op_threads={threads}"]
+                command += [] if chunk is None else [f"--grad_cache_chunk={chunk}"]
                 command += [f"--gin_file={f}" for f in FLAGS.gin_file]
                 command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
                 name = variant + (f" intra {threads or 'TF'}" if settings != [0] else "")
-                name += (f" cached {chunk}" if chunk else " plain") if chunks != [0] else ""
+                name += "" if chunk is None else f" cached {chunk}" if chunk else " plain"
                 rows.append((name, run_json(command, f"variant {name}")))
     if FLAGS.peer and peer_available(FLAGS.peer_python):
         with tempfile.TemporaryDirectory() as work:

@@ -142,7 +142,13 @@ class DualMomentumContrast(Objective):
         return self.batch_loss(embeddings, data, training)
 
     def towers(self, data):
-        """The base encoders' queries of both sides (and the NLI pairs' sentences); keys are no tower."""
+        """The base encoders' queries of both sides (and the NLI pairs' sentences).
+
+        Keys are no tower: they carry no gradient, and `batch_loss` runs the
+        momentum encoders over the local batch at once (no tape, so their
+        activations are transient, but a gradient-cached step's peak memory
+        includes one local batch through them).
+        """
         towers = {"x": Tower(self.encoder, data["src"]), "y": Tower(self.target_encoder, data["tgt"])}
         if self.nli_weight:
             towers.update(premise=Tower(self.encoder, data["nli"]["a"]),

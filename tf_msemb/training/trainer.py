@@ -300,6 +300,9 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     os.makedirs(model_dir, exist_ok=True)
     if (pretrained is None) == (tokenizer is None):
         raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
+    if gradient_cache_chunk and jit_compile:
+        raise ValueError(f"train.gradient_cache_chunk = {gradient_cache_chunk} runs its chunks in a loop of "
+                         "dynamic slices, which XLA does not compile; unset train.jit_compile.")
     with strategy.scope(), precision_policy(precision):
         run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk)
         model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision)
