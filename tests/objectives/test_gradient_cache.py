@@ -82,19 +82,27 @@ def _by_variable(model, gradients, variables):
             for g, v in zip(gradients, variables)}
 
 
-def _step_gradients(model, data):
-    """The gradients one `train_step` hands the optimizer, by variable (None: no gradient)."""
+def _step_gradients(model, data, traced=False):
+    """`({(position, name): gradient or None}, logs)` of one `train_step`: what it hands the optimizer.
+
+    `traced`: the step runs in a `tf.function`, as the trainer runs it.
+    """
     seen = {}
     apply = model.apply_gradients
 
     def record(gradients, variables):
-        seen.update(_by_variable(model, gradients, variables))
+        seen.update({id(v): tf.convert_to_tensor(g) for g, v in zip(gradients, variables) if g is not None})
         return apply(gradients, variables)
 
+    def step(batch):
+        logs = model.train_step(batch)
+        return logs, dict(seen)
+
     model.apply_gradients = record
-    logs = model.train_step(data)
+    logs, values = (tf.function(step) if traced else step)(data)
     del model.apply_gradients
-    return seen, logs
+    return {(i, v.name): np.asarray(values[id(v)]) if id(v) in values else None
+            for i, v in enumerate(model.trainable_variables)}, logs
 
 
 def _same_mask_reference(model, data, chunk):
@@ -146,22 +154,6 @@ def test_without_dropout_the_cached_step_has_the_plain_full_batch_gradient(name)
         assert float(cached_logs[key]) == pytest.approx(float(value), abs=1e-5), key
 
 
-def _traced_step_gradients(model, data):
-    """`_step_gradients` of the step traced in a `tf.function`, as the trainer runs it."""
-    seen = {}
-    apply = model.apply_gradients
-
-    def record(gradients, variables):
-        seen.update({v.path: tf.convert_to_tensor(g) for g, v in zip(gradients, variables) if g is not None})
-        return apply(gradients, variables)
-
-    model.apply_gradients = record
-    values = tf.function(lambda batch: (model.train_step(batch), dict(seen))[1])(data)
-    del model.apply_gradients
-    return {(i, v.name): None if v.path not in values else np.asarray(values[v.path])
-            for i, v in enumerate(model.trainable_variables)}
-
-
 @pytest.mark.parametrize("name", EACH_OBJECTIVE)
 def test_with_dropout_the_cached_step_has_the_full_batch_gradient_under_the_same_masks(name):
     data = _batch()
@@ -179,7 +171,7 @@ def test_with_dropout_a_traced_cached_step_draws_the_same_masks_twice(name):
     model = _model(name, chunk=CHUNK, dropout=0.3)
     model.optimizer.iterations.assign(7)
     reference = _same_mask_reference(model, data, CHUNK)
-    _assert_same(_traced_step_gradients(model, _inputs(model, data)), reference)
+    _assert_same(_step_gradients(model, _inputs(model, data), traced=True)[0], reference)
 
 
 def test_dropout_is_on_and_chunk_masks_differ():
@@ -271,7 +263,7 @@ def test_a_ragged_last_chunk_and_a_traced_step():
     """A batch that is no multiple of the chunk, in a `tf.function` (as the trainer runs it)."""
     data = _batch(batch=10)
     expected, _ = _step_gradients(_model("translation_ranking"), data)
-    _assert_same(_traced_step_gradients(_model("translation_ranking", chunk=CHUNK), data), expected)
+    _assert_same(_step_gradients(_model("translation_ranking", chunk=CHUNK), data, traced=True)[0], expected)
 
 
 def test_objectives_with_a_per_pair_loss_refuse_the_switch():

@@ -188,7 +188,7 @@ class Objective(keras.Model):
         towers = self.towers(data)
         if self.run.gradient_cache_chunk is None:
             with tf.GradientTape() as tape:
-                embeddings = {name: tower.encoder(tower.tokens, training=True) for name, tower in towers.items()}
+                embeddings = {name: tower.embed() for name, tower in towers.items()}
                 results = self.batch_loss(embeddings, data)
                 scaled_loss = self.loss_to_minimize(results["loss"])
             self.minimize(tape, scaled_loss)

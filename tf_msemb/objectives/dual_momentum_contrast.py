@@ -138,7 +138,7 @@ class DualMomentumContrast(Objective):
         Returns `{"loss", "accuracy", "keys_x", "keys_y"[, "nli_loss"]}`; the
         keys (momentum encoders, gathered over replicas) carry no gradient.
         """
-        embeddings = {name: tower.encoder(tower.tokens, training=training) for name, tower in self.towers(data).items()}
+        embeddings = {name: tower.embed(training) for name, tower in self.towers(data).items()}
         return self.batch_loss(embeddings, data, training)
 
     def towers(self, data):

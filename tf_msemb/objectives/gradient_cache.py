@@ -40,6 +40,10 @@ class Tower:
     encoder: object
     tokens: dict
 
+    def embed(self, training=True):
+        """The whole batch's `[n, d]` embeddings in one forward (the plain step's, or a loss-only evaluation's)."""
+        return self.encoder(self.tokens, training=training)
+
 
 def dropout_states(encoder):
     """The state variables of `encoder`'s seed generators (dropout layers), in a fixed order."""
@@ -72,10 +76,11 @@ def _chunk(structure, index, size):
     return tf.nest.map_structure(lambda t: t[index * size : (index + 1) * size], structure)
 
 
-def _replica_offset(count):
-    """The number of this replica's first chunk: chunks are numbered across replicas."""
+def _chunk_plan(tower, size):
+    """`(dropout states, chunk count, this replica's first global chunk)`: chunks are numbered across replicas."""
+    count = num_chunks(tower.tokens, size)
     replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-    return tf.cast(replica, tf.int32) * count
+    return dropout_states(tower.encoder), count, tf.cast(replica, tf.int32) * count
 
 
 def embed_in_chunks(tower, size, seed_of):
@@ -83,9 +88,7 @@ def embed_in_chunks(tower, size, seed_of):
 
     `seed_of(global_chunk)` gives each chunk's dropout seed.
     """
-    states = dropout_states(tower.encoder)
-    count = num_chunks(tower.tokens, size)
-    offset = _replica_offset(count)
+    states, count, offset = _chunk_plan(tower, size)
     width = []
 
     def body(index, parts):
@@ -116,9 +119,7 @@ def accumulate_chunk_gradients(tower, cached, variables, totals, size, seed_of):
     tower's embeddings. `totals` are dense or None (no gradient yet); a
     variable the tower does not reach keeps its total, None included.
     """
-    states = dropout_states(tower.encoder)
-    count = num_chunks(tower.tokens, size)
-    offset = _replica_offset(count)
+    states, count, offset = _chunk_plan(tower, size)
     reached = set()
 
     def body(index, *sums):
