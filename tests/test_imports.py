@@ -106,3 +106,10 @@ def test_no_library_module_queries_gin():
             if named or isinstance(node, ast.Attribute) and node.attr == "query_parameter":
                 calls.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert not calls, "gin.query_parameter in " + ", ".join(calls)
+
+
+def test_only_the_pipelines_import_apache_beam():
+    """The `beam` extra is optional: no module outside tf_msemb/pipelines imports it, even inside a function."""
+    importers = {module for module, path, tree in _modules()
+                 if any(name.split(".")[0] == "apache_beam" for name in _imported(module, path, tree))}
+    assert importers and all(_node(module) == "pipelines" for module in importers), sorted(importers)

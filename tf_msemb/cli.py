@@ -67,8 +67,12 @@ def call(main, argv, verbose):
         raise SystemExit(f"error: {message}") from None
 
 
-def run(main):
-    """Parses the flags and runs `main(argv)` with absl's `app.run`, quiet and with one-line errors."""
+def run(main, beam_arguments=False):
+    """Parses the flags and runs `main(argv)` with absl's `app.run`, quiet and with one-line errors.
+
+    With `beam_arguments`, arguments that are not our flags are left in
+    `argv` (a Beam pipeline's options, such as `--runner`) instead of refused.
+    """
 
     def quiet_main(argv):
         verbose = flags.FLAGS["verbosity"].present
@@ -76,4 +80,5 @@ def run(main):
             logging.set_verbosity(logging.WARNING)
         return call(main, argv, verbose)
 
-    app.run(quiet_main)
+    app.run(quiet_main, flags_parser=(lambda argv: flags.FLAGS(argv, known_only=True)) if beam_arguments else
+            app.parse_flags_with_usage)

@@ -10,7 +10,9 @@ A TSV of `src<TAB>tgt[<TAB>hard negative...]` lines:
     python tools/make_tfrecords.py --tsv=pairs.tsv --src_lang=en --tgt_lang=de \
         --output_dir=runs/data --prefix=mypairs
 
-Empty and over-long lines are dropped and counted; the manifest
+Whitespace runs become one space; empty and over-long pairs are dropped and
+counted, and so are exact duplicate pairs with `--drop_duplicates` (the
+Beam pipeline `tf_msemb.pipelines.records` always drops them); the manifest
 `<output_dir>/<prefix>.manifest.json` is what training configs point at.
 `--tokenizer=runs/spm/m.model` (or a pretrained model such as
 `all-MiniLM-L6-v2`) also stores every pair's token ids, so training with
@@ -25,8 +27,7 @@ from tf_msemb.text_files import CorpusError
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords
-from tf_msemb.models.pretrained import load_pretrained
-from tf_msemb.text.tokenizers import SentencePieceTokenizer
+from tf_msemb.models.pretrained import load_tokenizer
 
 flags.DEFINE_multi_string("input", [], "LANG:PATH of a line-aligned text file (plain or .gz); repeat per language.")
 flags.DEFINE_string("pivot", None, "Language paired with every other one (default: the first --input).")
@@ -37,6 +38,7 @@ flags.DEFINE_string("output_dir", None, "Directory for shards and manifest.")
 flags.DEFINE_string("prefix", "corpus", "File name prefix of the shards and the manifest.")
 flags.DEFINE_integer("num_shards", 4, "Shards per language pair.")
 flags.DEFINE_integer("max_chars", 1000, "Drop pairs with a side longer than this many characters.")
+flags.DEFINE_bool("drop_duplicates", False, "Drop a pair equal to an earlier one of its language pair.")
 flags.DEFINE_string("tokenizer", None, "Also store token ids: a SentencePiece .model file or a pretrained model "
                     "name/directory (its tokenizer). Train with make_dataset.pretokenized = True.")
 flags.mark_flag_as_required("output_dir")
@@ -61,18 +63,10 @@ def _sources():
     return aligned_pairs(files, FLAGS.pivot or next(iter(files)))
 
 
-def _tokenizer():
-    if not FLAGS.tokenizer:
-        return None
-    if FLAGS.tokenizer.endswith(".model"):
-        return SentencePieceTokenizer(FLAGS.tokenizer)
-    return load_pretrained(FLAGS.tokenizer)[0]
-
-
 def main(argv):
     del argv
     write_tfrecords(_sources(), FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
-                    tokenizer=_tokenizer())
+                    tokenizer=load_tokenizer(FLAGS.tokenizer), drop_duplicates=FLAGS.drop_duplicates)
 
 
 if __name__ == "__main__":

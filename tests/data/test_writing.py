@@ -104,3 +104,17 @@ def test_cli_reports_a_clear_error(tmp_path):
     )
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith("error: Line counts differ")
+
+
+def test_whitespace_runs_become_one_space_and_duplicates_drop_only_when_asked(tmp_path):
+    en = _write(tmp_path / "w.en", ["a  dog", " a dog ", "a cat", ""])
+    de = _write(tmp_path / "w.de", ["ein\tHund", "ein Hund", "eine Katze", "leer"])
+    kept = write_tfrecords(aligned_pairs({"en": en, "de": de}, "en"), str(tmp_path / "k"), "k", 1, verbose=False)
+    dropped = write_tfrecords(aligned_pairs({"en": en, "de": de}, "en"), str(tmp_path / "d"), "d", 1, verbose=False,
+                              drop_duplicates=True)
+    assert kept["pairs"]["en-de"]["examples"] == 3 and kept["pairs"]["en-de"]["dropped_duplicate"] == 0
+    assert dropped["pairs"]["en-de"]["examples"] == 2 and dropped["pairs"]["en-de"]["dropped_duplicate"] == 1
+    records = [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(
+        str(tmp_path / "d" / "d.en-de.tfrecord-00000-of-00001"))]
+    assert [(e.features.feature["src"].bytes_list.value[0], e.features.feature["tgt"].bytes_list.value[0])
+            for e in records] == [(b"a dog", b"ein Hund"), (b"a cat", b"eine Katze")]

@@ -25,7 +25,7 @@ def _bytes(values):
 
 
 def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None, src_ids=None, tgt_ids=None):
-    """Serializes one pair; optional fields are left out when `None`."""
+    """Serializes one pair (the same bytes in every process); optional fields are left out when `None`."""
     feature = {
         "src": _bytes([src]),
         "tgt": _bytes([tgt]),
@@ -39,7 +39,8 @@ def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None
     for name, ids in (("src_ids", src_ids), ("tgt_ids", tgt_ids)):
         if ids is not None:
             feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=list(ids)))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    # Deterministic: map fields in key order, so the same pair gives the same bytes in any process.
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
 
 def parse_examples(serialized, features=()):

@@ -29,7 +29,7 @@ def _encode_unique(embed, sentences, cache, batch_size):
 def _with_teacher(serialized, vector):
     example = tf.train.Example.FromString(serialized)
     example.features.feature["teacher"].float_list.value[:] = vector.tolist()
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)
 
 
 def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_dir, batch_size=128, verbose=True):

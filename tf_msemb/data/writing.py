@@ -55,6 +55,27 @@ def tsv_pairs(path, src_lang, tgt_lang):
 
 
 _WRITE_CHUNK = 1024
+DROP_REASONS = ("dropped_empty", "dropped_long", "dropped_duplicate")
+
+
+def clean_row(row, max_chars):
+    """`(reason, row)`: a `(src, tgt, *hard negatives)` row with each sentence's whitespace runs made one space.
+
+    `reason` is None for a kept row, or the count it is dropped under:
+    `"dropped_empty"` (a side is blank) or `"dropped_long"` (a side is over
+    `max_chars` characters).
+    """
+    src, tgt, *negatives = (" ".join(text.split()) for text in row)
+    if not src or not tgt:
+        return "dropped_empty", None
+    if max(len(src), len(tgt)) > max_chars:
+        return "dropped_long", None
+    return None, (src, tgt, *negatives)
+
+
+def shard_files(prefix, pair, num_shards):
+    """The shard names of one language pair: `<prefix>.<pair>.tfrecord-00000-of-00004`, ..."""
+    return [f"{prefix}.{pair}.tfrecord-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
 
 
 def _token_ids(tokenizer, texts):
@@ -62,50 +83,79 @@ def _token_ids(tokenizer, texts):
     return tokenizer.tokenize(tf.constant(texts), truncate=False).to_list()
 
 
+def serialize_rows(rows, src_lang, tgt_lang, tokenizer=None):
+    """The serialized `tf.train.Example`s of cleaned rows (with both sides' token ids when `tokenizer` is given)."""
+    ids = [[None] * len(rows)] * 2
+    if tokenizer is not None and rows:
+        ids = [_token_ids(tokenizer, [row[side] for row in rows]) for side in (0, 1)]
+    return [make_example(src, tgt, src_lang, tgt_lang, hard_negatives=negatives or None, src_ids=src_ids,
+                         tgt_ids=tgt_ids)
+            for (src, tgt, *negatives), src_ids, tgt_ids in zip(rows, *ids)]
+
+
+def new_manifest(prefix, tokenizer=None):
+    """A manifest without pairs yet (each writer adds `pair_entry`s under `"pairs"`)."""
+    manifest = {"prefix": prefix, "pairs": {}}
+    if tokenizer is not None:
+        manifest["tokenizer"] = {"class": type(tokenizer).__name__, "fingerprint": tokenizer.fingerprint()}
+    return manifest
+
+
+def pair_entry(files, counts):
+    """One language pair's manifest entry: its shards, examples and every drop count (`counts` is a Counter)."""
+    return {"files": files, "examples": counts["examples"], **{reason: counts[reason] for reason in DROP_REASONS}}
+
+
+def write_manifest(manifest, output_dir):
+    """Writes `<output_dir>/<prefix>.manifest.json`; refuses a corpus in which no pair survived filtering."""
+    if not any(p["examples"] for p in manifest["pairs"].values()):
+        raise CorpusError("No pair survived filtering: every row was empty or over-long; nothing to train on.")
+    path = os.path.join(output_dir, manifest["prefix"] + MANIFEST_SUFFIX)
+    with tf.io.gfile.GFile(path, "w") as f:
+        f.write(json.dumps(manifest, indent=2))
+    return path
+
+
 def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max_chars=1000, verbose=True,
-                    tokenizer=None):
+                    tokenizer=None, drop_duplicates=False):
     """Writes the rows of each `(src_lang, tgt_lang, rows)` source as shards.
 
-    Rows with an empty side, or a side longer than `max_chars` characters, are
-    dropped and counted. With `tokenizer`, each record also stores both
-    sides' token ids (`src_ids`, `tgt_ids`) and the manifest the tokenizer's
+    Rows are cleaned by `clean_row` (dropped and counted when a side is empty
+    or longer than `max_chars` characters); with `drop_duplicates`, a row
+    equal to an earlier one of its pair (after cleaning) is dropped and
+    counted too. With `tokenizer`, each record also stores both sides'
+    token ids (`src_ids`, `tgt_ids`) and the manifest the tokenizer's
     fingerprint, so training can skip tokenization (`make_dataset.pretokenized`).
     Returns the manifest dict (also written as JSON).
     """
     if num_shards < 1:
         raise ValueError(f"num_shards must be at least 1, got {num_shards}.")
     os.makedirs(output_dir, exist_ok=True)
-    manifest = {"prefix": prefix, "pairs": {}}
-    if tokenizer is not None:
-        manifest["tokenizer"] = {"class": type(tokenizer).__name__, "fingerprint": tokenizer.fingerprint()}
+    manifest = new_manifest(prefix, tokenizer)
     for src_lang, tgt_lang, rows in pair_sources:
         pair = f"{src_lang}-{tgt_lang}"
-        files = [f"{prefix}.{pair}.tfrecord-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
+        files = shard_files(prefix, pair, num_shards)
         counts = collections.Counter()
         progress = keras.utils.Progbar(len(rows), unit_name="pair", verbose=1 if verbose else 0)
         writers = [tf.io.TFRecordWriter(os.path.join(output_dir, name)) for name in files]
-        kept = []
+        kept, seen = [], set()
 
         def flush():
-            ids = [[None] * len(kept)] * 2
-            if tokenizer is not None and kept:
-                ids = [_token_ids(tokenizer, [row[side] for row in kept]) for side in (0, 1)]
-            for (src, tgt, negatives), src_ids, tgt_ids in zip(kept, *ids):
-                record = make_example(src, tgt, src_lang, tgt_lang, hard_negatives=negatives or None,
-                                      src_ids=src_ids, tgt_ids=tgt_ids)
+            for record in serialize_rows(kept, src_lang, tgt_lang, tokenizer):
                 writers[counts["examples"] % num_shards].write(record)
                 counts["examples"] += 1
             kept.clear()
 
         try:
-            for i, (src, tgt, *negatives) in enumerate(rows):
-                src, tgt = src.strip(), tgt.strip()
-                if not src or not tgt:
-                    counts["dropped_empty"] += 1
-                elif max(len(src), len(tgt)) > max_chars:
-                    counts["dropped_long"] += 1
+            for i, row in enumerate(rows):
+                reason, row = clean_row(row, max_chars)
+                if reason is None and drop_duplicates:
+                    reason = "dropped_duplicate" if row in seen else None
+                    seen.add(row)
+                if reason is None:
+                    kept.append(row)
                 else:
-                    kept.append((src, tgt, negatives))
+                    counts[reason] += 1
                 if len(kept) == _WRITE_CHUNK:
                     flush()
                 if verbose and (i + 1) % 1000 == 0:
@@ -115,22 +165,14 @@ def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max
         finally:
             for writer in writers:
                 writer.close()
-        manifest["pairs"][pair] = {
-            "files": files,
-            "examples": counts["examples"],
-            "dropped_empty": counts["dropped_empty"],
-            "dropped_long": counts["dropped_long"],
-        }
+        manifest["pairs"][pair] = pair_entry(files, counts)
         if verbose:
             print(
                 f"{pair}: wrote {counts['examples']} pairs to {num_shards} shards; dropped "
-                f"{counts['dropped_empty']} with an empty side, {counts['dropped_long']} over {max_chars} chars."
+                f"{counts['dropped_empty']} with an empty side, {counts['dropped_long']} over {max_chars} chars, "
+                f"{counts['dropped_duplicate']} duplicates."
             )
-    if not any(p["examples"] for p in manifest["pairs"].values()):
-        raise CorpusError("No pair survived filtering: every row was empty or over-long; nothing to train on.")
-    path = os.path.join(output_dir, prefix + MANIFEST_SUFFIX)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
+    path = write_manifest(manifest, output_dir)
     if verbose:
         print(f"Manifest: {path}")
     return manifest

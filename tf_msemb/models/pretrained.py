@@ -29,6 +29,7 @@ from tf_msemb.text import tokenizer_json
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import FairseqSentencePieceTokenizer
 from tf_msemb.text.tokenizers import KerasHubTokenizer
+from tf_msemb.text.tokenizers import SentencePieceTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 
 # Short names of models that ship inside a Python package, and that package.
@@ -202,3 +203,12 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
     if dense:
         encoder = st_modules.dense_head(encoder, dense, normalize)
     return tokenizer, encoder
+
+
+def load_tokenizer(spec):
+    """The tokenizer a corpus is pretokenized with: a SentencePiece `.model` file, or a pretrained model's (None: none)."""
+    if not spec:
+        return None
+    if spec.endswith(".model"):
+        return SentencePieceTokenizer(spec)
+    return load_pretrained(spec)[0]

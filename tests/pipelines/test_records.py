@@ -1,0 +1,164 @@
+"""tf_msemb.pipelines.records under 2 worker processes: the same records as make_tfrecords, dead letters, faults."""
+
+import collections
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+import tensorflow as tf
+from apache_beam.metrics.metric import MetricsFilter
+
+from tests.pipelines.conftest import WORKER_ARGS
+from tests.pipelines.conftest import ship_by_value
+from tf_msemb.data.corpora import corpus_streams
+from tf_msemb.data.records import check_shards
+from tf_msemb.data.writing import aligned_pairs
+from tf_msemb.data.writing import tsv_pairs
+from tf_msemb.data.writing import write_tfrecords
+from tf_msemb.pipelines import records
+from tf_msemb.pipelines.beam_io import run
+from tf_msemb.text_files import CorpusError
+
+EN = ["a  dog runs", "the cat", "", "the cat", "x" * 60, " two\tspaces  ", "a bird", "the cat", "same", "same"]
+DE = ["ein Hund", "die Katze", "leer", "die Katze", "lang", "zwei", "ein Vogel", "die  Katze", "gleich", "anders"]
+FR = ["un chien", "le chat", "vide", "le chat ", "long", "deux", "", "le chat", "pareil", "pareil"]
+
+
+def _write(path, lines, zipped=False):
+    data = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    with (gzip.open if zipped else open)(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+def _corpus(tmp_path):
+    return {"en": [_write(tmp_path / "c.en.gz", EN, zipped=True)], "de": [_write(tmp_path / "c.de", DE)],
+            "fr": [_write(tmp_path / "c.fr", FR)]}
+
+
+def _records_by_pair(manifest_path):
+    """`{pair: Counter of serialized records}` of a corpus on disk, read as training reads it."""
+    return {pair: collections.Counter(r.numpy() for r in tf.data.TFRecordDataset(files))
+            for pair, (files, _) in corpus_streams(manifest_path).items()}
+
+
+def _run_records(options, files, output_dir, **kwargs):
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | records.CorpusToRecords(files, str(output_dir), "c", **kwargs)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return result
+
+
+def _manifest(output_dir):
+    with open(os.path.join(output_dir, "c.manifest.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_the_records_equal_make_tfrecords_as_multisets_and_rerun_to_the_same_bytes(tmp_path, beam_options):
+    files = _corpus(tmp_path)
+    _run_records(beam_options, files, tmp_path / "beam", num_shards=3, max_chars=50)
+    expected = write_tfrecords(aligned_pairs({lang: paths[0] for lang, paths in files.items()}, "en"),
+                               str(tmp_path / "one"), "c", 2, 50, verbose=False, drop_duplicates=True)
+    beam_records = _records_by_pair(str(tmp_path / "beam" / "c.manifest.json"))
+    assert beam_records == _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
+    assert sum(beam_records["en-de"].values()) == 6  # 10 lines: 1 empty, 1 long, 2 duplicates (one after spaces)
+    manifest = _manifest(tmp_path / "beam")
+    for pair, entry in expected["pairs"].items():
+        assert {k: v for k, v in manifest["pairs"][pair].items() if k != "files"} == \
+               {k: v for k, v in entry.items() if k != "files"}
+    assert manifest["pairs"]["en-fr"]["dropped_duplicate"] == 3 and manifest["malformed"] == 0
+    first = {name: (tmp_path / "beam" / name).read_bytes() for name in os.listdir(tmp_path / "beam")}
+    _run_records(beam_options, files, tmp_path / "beam", num_shards=3, max_chars=50)
+    assert {name: (tmp_path / "beam" / name).read_bytes() for name in os.listdir(tmp_path / "beam")} == first
+
+
+def test_tsv_rows_keep_hard_negatives_and_malformed_lines_go_to_the_dead_letters(tmp_path, beam_options):
+    good = ["ein Hund\ta dog\ta cat", "die Katze\tthe cat", "die Katze\tthe cat", "leer\t "]
+    path = _write(tmp_path / "p.tsv", good)
+    _run_records(beam_options, {"de-en": [path]}, tmp_path / "beam", num_shards=2, tsv=True)
+    write_tfrecords(tsv_pairs(path, "de", "en"), str(tmp_path / "one"), "c", 1, verbose=False, drop_duplicates=True)
+    assert _records_by_pair(str(tmp_path / "beam" / "c.manifest.json")) == \
+           _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
+
+    bad = tmp_path / "bad.tsv"
+    bad.write_bytes("ein Hund\ta dog\nno tab here\ndie Katze\tthe cat\n".encode() + b"\xff\xfe\tbroken\n")
+    result = _run_records(beam_options, {"de-en": [str(bad)]}, tmp_path / "dead", num_shards=2, tsv=True)
+    letters = (tmp_path / "dead" / "c.dead_letters.tsv").read_text(encoding="utf-8").splitlines()
+    assert [line.split("\t")[:2] for line in letters] == [[str(bad), "2"], [str(bad), "4"]]
+    assert "not UTF-8" in letters[1] and "1 tab-separated field(s)" in letters[0]
+    manifest = _manifest(tmp_path / "dead")
+    assert manifest["malformed"] == 2 and manifest["pairs"]["de-en"]["examples"] == 2
+    counters = collections.Counter()
+    for counter in result.metrics().query(MetricsFilter().with_namespace(records.NAMESPACE))["counters"]:
+        counters[counter.key.metric.name] += counter.committed  # one per step that counts it
+    assert counters["malformed"] == 2 and counters["examples"] == 2
+    check_shards([str(tmp_path / "dead" / name) for name in manifest["pairs"]["de-en"]["files"]])
+
+
+class FailingFirstAttempt(records.WriteShard):
+    """Writes half of shard 1 of en-de, then raises, the first time only (a marker file spans processes)."""
+
+    def __init__(self, *args, marker):
+        super().__init__(*args)
+        self.marker = marker
+
+    def process(self, element):
+        (pair, shard), _ = element
+        if pair == "en-de" and shard == 1 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            path = os.path.join(self.output_dir, f"c.en-de.tfrecord-00001-of-{self.num_shards:05d}")
+            with open(path, "wb") as f:
+                f.write(b"half a shard")
+            raise RuntimeError("worker lost")
+        yield from super().process(element)
+
+
+def test_a_stage_that_failed_half_way_reruns_to_every_row_once(tmp_path, beam_options, monkeypatch):
+    ship_by_value(__name__)
+    files = _corpus(tmp_path)
+    marker = str(tmp_path / "failed-once")
+    monkeypatch.setattr(records, "WriteShard", lambda *args: FailingFirstAttempt(*args, marker=marker))
+    with pytest.raises(Exception, match="worker lost"):
+        _run_records(beam_options, files, tmp_path / "out", num_shards=3, max_chars=50)
+    assert os.path.exists(marker) and not os.path.exists(tmp_path / "out" / "c.manifest.json")
+    _run_records(beam_options, files, tmp_path / "out", num_shards=3, max_chars=50)
+    monkeypatch.undo()
+    _run_records(beam_options, files, tmp_path / "clean", num_shards=3, max_chars=50)
+    assert _records_by_pair(str(tmp_path / "out" / "c.manifest.json")) == \
+           _records_by_pair(str(tmp_path / "clean" / "c.manifest.json"))
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(os.listdir(tmp_path / "clean"))
+
+
+def _cli(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "tf_msemb.pipelines.records", *args, *WORKER_ARGS,
+                           f"--output_dir={tmp_path / 'out'}"], capture_output=True, text=True, timeout=300)
+
+
+def test_an_unreadable_file_or_misaligned_files_stop_with_one_error_line(tmp_path):
+    files = _corpus(tmp_path)
+    broken = tmp_path / "broken.de.gz"
+    broken.write_bytes(gzip.compress("\n".join(DE).encode())[:-12])
+    done = _cli(tmp_path, f"--input=en:{files['en'][0]}", f"--input=de:{broken}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: Cannot read {broken}")
+    short = _write(tmp_path / "short.fr", FR[:7])
+    done = _cli(tmp_path, f"--input=en:{files['en'][0]}", f"--input=fr:{short}")
+    assert done.returncode == 1
+    assert re.fullmatch(f"error: Line counts differ: {short} has no line (8|9|10) but {files['en'][0]} has; aligned "
+                        "files must match line by line.", done.stderr.strip().splitlines()[-1])
+    done = _cli(tmp_path, f"--input=en:{tmp_path / 'nothing*.en'}", f"--input=fr:{short}")
+    assert done.stderr.strip().splitlines()[-1] == f"error: No file matches {tmp_path / 'nothing*.en'}"
+
+
+def test_run_turns_a_worker_corpus_error_into_one(tmp_path, beam_options):
+    pipeline = beam.Pipeline(options=beam_options)
+    _ = pipeline | records.CorpusToRecords({"en": [_write(tmp_path / "a.en", EN)], "de": [_write(tmp_path / "a.de",
+                                           DE[:3])]}, str(tmp_path / "o"), "c")
+    with pytest.raises(CorpusError, match=r"a.de has no line ([4-9]|10) but .*a.en has"):
+        run(pipeline)
