@@ -1,0 +1,56 @@
+"""tf_msemb.pipelines.encode under 2 worker processes: the export's vectors, ids of first occurrences, shards."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import apache_beam as beam
+
+from tf_msemb.evaluation.encoding import encode
+from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.pipelines import encode as encode_pipeline
+from tf_msemb.quickstart import CORPUS_DIR
+
+
+@pytest.fixture(scope="module")
+def export(tokenizer, tmp_path_factory):
+    """A tiny random encoder's float32 export (the default packed path)."""
+    tf.keras.utils.set_random_seed(3)
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
+    return export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "model"))
+
+
+def _corpus(tmp_path):
+    with open(f"{CORPUS_DIR}/train.de.txt", encoding="utf-8") as f:
+        lines = f.read().splitlines()[:300]
+    first = lines[:150] + ["", "   "] + lines[:20]  # blank lines, and repeats of earlier lines
+    (tmp_path / "a.txt").write_text("\n".join(first) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("\n".join(lines[140:]) + "\n", encoding="utf-8")
+    return [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], first, lines[140:]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_pipeline_vectors_are_the_exports_under_first_occurrence_ids(export, tmp_path, beam_options, dtype):
+    files, first, second = _corpus(tmp_path)
+    pipeline = beam.Pipeline(options=beam_options)
+    _ = pipeline | encode_pipeline.EncodeCorpus(files, export, str(tmp_path / "out"), num_shards=3, dtype=dtype,
+                                                batch_size=16)
+    pipeline.run().wait_until_finish()
+    manifest = encode_pipeline.read_manifest(str(tmp_path / "out"))
+    shards = [encode_pipeline.read_shard(path) for path in encode_pipeline.shard_paths(str(tmp_path / "out"))]
+    ids = np.concatenate([s[0] for s in shards])
+    vectors = np.concatenate([s[1] for s in shards])
+    texts = [text for s in shards for text in s[2]]
+    expected_ids = {}
+    for index, lines in enumerate((first, second)):
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                expected_ids.setdefault(line, encode_pipeline.sentence_id(index, number))
+    assert dict(zip(texts, ids.tolist())) == expected_ids and len(texts) == len(expected_ids) == manifest["sentences"]
+    assert all(list(s[0]) == sorted(s[0]) and all(i % 3 == shard for i in s[0]) for shard, s in enumerate(shards))
+    assert vectors.dtype == dtype and manifest["dim"] == 16
+    reference = encode(load_model(export), texts, batch_size=7, verbose=False)
+    np.testing.assert_allclose(vectors.astype(np.float32), reference.astype(dtype).astype(np.float32),
+                               atol=1e-6, rtol=0)
