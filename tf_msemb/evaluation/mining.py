@@ -40,7 +40,10 @@ PAPER_PICKS = {"ratio": "best_of_k", "distance": "best_of_k", "absolute": "neare
 
 def margin_scores(sims, mean_query, mean_candidates, margin):
     """Scores of `[n, k]` cosines given each side's mean k-NN cosine."""
-    two_sided = (mean_query[:, None] + mean_candidates) / 2
+    return _margin_from(sims, mean_query, (mean_query[:, None] + mean_candidates) / 2, margin)
+
+
+def _margin_from(sims, mean_query, two_sided, margin):
     if margin == "ratio":
         return sims / two_sided
     if margin == "distance":
@@ -67,40 +70,47 @@ def margin_candidates(x, y, k=4, margin="ratio", index="exact", pick=None, **sea
     return candidates_from_knn(*search.knn_both(x, y, k, index, **search_options), margin, pick)
 
 
-def _filled_mean(sims):
+def filled_mean(sims):
     """Row means over the filled (non-NaN) neighbours; NaN for a row with none."""
     filled = ~np.isnan(sims)
     count = filled.sum(axis=1)
     return np.where(count > 0, np.where(filled, sims, 0).sum(axis=1) / np.maximum(count, 1), np.nan)
 
 
+def best_candidates(sims, idx, mean_query, neighbour_means, margin="ratio", pick=None):
+    """Each query's `(score, neighbour)` from its k-NN `[n, k]` `(sims, idx)`, both `[n]`.
+
+    `neighbour_means` `[n, k]` are the neighbours' own mean k-NN cosines;
+    `pick` (one of `PICKS`; None: `PAPER_PICKS[margin]`) chooses the cosine
+    nearest (`"nearest"`) or the best margin score among the k
+    (`"best_of_k"`). Unfilled neighbours (id < 0) and scores that are not
+    finite (no mean) are never chosen; a query left with none scores -inf.
+    """
+    pick = _choice(pick or PAPER_PICKS[_choice(margin, MARGINS, "margin")], PICKS, "pick")
+    with np.errstate(invalid="ignore"):
+        two_sided = (mean_query[:, None] + neighbour_means) / 2
+        raw = _margin_from(sims, mean_query, two_sided, margin)
+    # np.argmax would pick a NaN, so anything not finite (unfilled, no mean) is -inf.
+    scores = np.where((idx < 0) | ~np.isfinite(raw), -np.inf, raw)
+    # The k-NN come best first, so column 0 is the cosine nearest (unfilled ones come last).
+    column = np.argmax(scores, axis=1) if pick == "best_of_k" else np.zeros(len(sims), int)
+    rows = np.arange(len(sims))
+    return scores[rows, column], idx[rows, column]
+
+
 def candidates_from_knn(forward_knn, backward_knn, margin="ratio", pick=None):
     """`margin_candidates` from precomputed `(sims, ids)` k-NN both ways, best first.
 
-    `pick` (one of `PICKS`; None: `PAPER_PICKS[margin]`) chooses each query's
-    neighbour: the cosine nearest (`"nearest"`) or the best margin score
-    among the k (`"best_of_k"`). Neighbours an approximate index left
-    unfilled (id -1, similarity NaN) are ignored in the means and never
-    chosen; a sentence with no neighbour found has no mean, so no candidate
-    pair involves it.
+    Each query keeps the neighbour `best_candidates` picks. Neighbours an
+    approximate index left unfilled (id -1, similarity NaN) are ignored in
+    the means and never chosen; a sentence with no neighbour found has no
+    mean, so no candidate pair involves it.
     """
-    pick = _choice(pick or PAPER_PICKS[_choice(margin, MARGINS, "margin")], PICKS, "pick")
     (sim_xy, idx_xy), (sim_yx, idx_yx) = forward_knn, backward_knn
-    mean_x = _filled_mean(sim_xy)  # sum_{z in NN_k(x)} cos(x, z) / k
-    mean_y = _filled_mean(sim_yx)
-
-    def best(sims, idx, mean_query, mean_pool):
-        with np.errstate(invalid="ignore"):
-            raw = margin_scores(sims, mean_query, mean_pool[idx], margin)
-        # np.argmax would pick a NaN, so anything not finite (unfilled, no mean) is -inf.
-        scores = np.where((idx < 0) | ~np.isfinite(raw), -np.inf, raw)
-        # The k-NN come best first, so column 0 is the cosine nearest (unfilled ones come last).
-        column = np.argmax(scores, axis=1) if pick == "best_of_k" else np.zeros(len(sims), int)
-        rows = np.arange(len(sims))
-        return scores[rows, column], idx[rows, column]
-
-    fwd_score, fwd_j = best(sim_xy, idx_xy, mean_x, mean_y)
-    bwd_score, bwd_i = best(sim_yx, idx_yx, mean_y, mean_x)
+    mean_x = filled_mean(sim_xy)  # sum_{z in NN_k(x)} cos(x, z) / k
+    mean_y = filled_mean(sim_yx)
+    fwd_score, fwd_j = best_candidates(sim_xy, idx_xy, mean_x, mean_y[idx_xy], margin, pick)
+    bwd_score, bwd_i = best_candidates(sim_yx, idx_yx, mean_y, mean_x[idx_yx], margin, pick)
     # A query whose neighbours were all left unfilled has no candidate (its best score is -inf).
     forward = [(float(s), i, int(j)) for i, (s, j) in enumerate(zip(fwd_score, fwd_j)) if np.isfinite(s)]
     backward = [(float(s), int(i), j) for j, (s, i) in enumerate(zip(bwd_score, bwd_i)) if np.isfinite(s)]

@@ -60,7 +60,7 @@ def _chunks(n, chunk_size):
     return [(start, min(start + chunk_size, n)) for start in range(0, n, chunk_size)]
 
 
-def _merge_top_k(sims, ids, new_sims, new_ids, k):
+def merge_top_k(sims, ids, new_sims, new_ids, k):
     """Keeps the k best of two `[n, *]` result sets, best first."""
     sims = np.concatenate([sims, new_sims], axis=1)
     ids = np.concatenate([ids, new_ids], axis=1)
@@ -122,7 +122,7 @@ def exact_knn(queries, pool, k, chunk_size=100_000, verbose=False, engine="tenso
             chunk_sims.append(s)
             chunk_ids.append(i + start)
             progress.add(q_end - q_start)
-        sims, ids = _merge_top_k(sims, ids, np.concatenate(chunk_sims), np.concatenate(chunk_ids), k)
+        sims, ids = merge_top_k(sims, ids, np.concatenate(chunk_sims), np.concatenate(chunk_ids), k)
     return sims, ids
 
 
@@ -277,7 +277,7 @@ def exact_knn_both(x, y, k, chunk_size=100_000, verbose=False, matmul_dtype="flo
                 row_sims.append(s.numpy())
                 row_ids.append(i.numpy().astype(np.int64) + y_start)
             progress.add(x_end - x_start)
-        x_sims, x_ids = _merge_top_k(x_sims, x_ids, np.concatenate(row_sims), np.concatenate(row_ids), x_keep)
+        x_sims, x_ids = merge_top_k(x_sims, x_ids, np.concatenate(row_sims), np.concatenate(row_ids), x_keep)
         column_ids = column_ids.numpy()
         if rescore:
             y_sims_chunk, column_ids = _rescore(y[y_start:y_end], x, column_ids, y_k)
@@ -306,8 +306,7 @@ def build_index(pool, kind="ivf", nlist=None, pq_bytes=48, hnsw_neighbors=32, ch
     if kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, hnsw_neighbors, faiss.METRIC_INNER_PRODUCT)
     elif kind in ("ivf", "ivfpq"):
-        # faiss wants >= 39 training points per cell; small pools get fewer cells.
-        nlist = max(1, min(nlist or int(4 * math.sqrt(n)), n // 39))
+        nlist = ivf_cells(n, n, nlist)
         quantizer = faiss.IndexFlatIP(dim)
         if kind == "ivf":
             index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
@@ -324,6 +323,25 @@ def build_index(pool, kind="ivf", nlist=None, pq_bytes=48, hnsw_neighbors=32, ch
     for start, end in _chunks(n, chunk_size):
         index.add(_float32(pool[start:end]))
         progress.add(end - start)
+    return index
+
+
+def ivf_cells(pool_size, sample_size, nlist=None):
+    """IVF cells: `nlist`, or about 4 sqrt(pool size); at most one per 39 training points (faiss' minimum)."""
+    return max(1, min(nlist or int(4 * math.sqrt(pool_size)), sample_size // 39))
+
+
+def trained_ivf(sample, pool_size, nlist=None):
+    """An empty inner-product IVF index (raw vectors in `ivf_cells` cells) whose cells are trained on `sample`.
+
+    Indexes that start from the same trained one share their cells, so
+    searching each of several pool shards' copies with `nprobe` and merging
+    finds what one index over the whole pool finds.
+    """
+    sample = _float32(sample)
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(sample.shape[1]), sample.shape[1],
+                               ivf_cells(pool_size, len(sample), nlist), faiss.METRIC_INNER_PRODUCT)
+    index.train(sample)
     return index
 
 

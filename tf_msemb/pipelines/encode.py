@@ -57,6 +57,29 @@ def shard_name(shard, num_shards):
     return f"vectors-{shard:05d}-of-{num_shards:05d}.npz"
 
 
+def write_shard(path, ids, vectors, texts):
+    """Writes one shard (`read_shard`'s format) whole under a temporary name, then renames it to `path`."""
+    buffer = io.BytesIO()
+    np.savez(buffer, ids=np.asarray(ids, np.int64), vectors=vectors,
+             texts=np.frombuffer("\n".join(texts).encode("utf-8"), np.uint8))
+
+    def write(partial):
+        with tf.io.gfile.GFile(partial, "wb") as f:
+            f.write(buffer.getvalue())
+
+    write_atomically(path, write)
+
+
+def write_manifest(directory, manifest):
+    """Writes `encoded.json` (shard names, sentence count, dim, dtype, model) whole."""
+
+    def write(partial):
+        with tf.io.gfile.GFile(partial, "w") as f:
+            f.write(json.dumps(manifest, indent=1))
+
+    write_atomically(os.path.join(directory, MANIFEST), write)
+
+
 def read_shard(path):
     """`(ids [n] int64, vectors [n, d], texts)` of one encoded shard."""
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -139,17 +162,9 @@ class WriteVectorShard(beam.DoFn):
     def process(self, element):
         shard, rows = element
         rows = sorted(rows, key=lambda row: row[0])
-        ids = np.array([row[0] for row in rows], np.int64)
-        vectors = np.stack([row[1][0] for row in rows]).astype(self.dtype) if rows else np.zeros((0, 0), self.dtype)
-        texts = np.frombuffer("\n".join(row[1][1] for row in rows).encode("utf-8"), np.uint8)
-        buffer = io.BytesIO()
-        np.savez(buffer, ids=ids, vectors=vectors, texts=texts)
-
-        def write(partial):
-            with tf.io.gfile.GFile(partial, "wb") as f:
-                f.write(buffer.getvalue())
-
-        write_atomically(os.path.join(self.output_dir, shard_name(shard, self.num_shards)), write)
+        vectors = np.stack([row[1][0] for row in rows]) if rows else np.zeros((0, 0))
+        write_shard(os.path.join(self.output_dir, shard_name(shard, self.num_shards)), [row[0] for row in rows],
+                    vectors.astype(self.dtype), [row[1][1] for row in rows])
         yield shard, len(rows), vectors.shape[1]
 
 
@@ -164,12 +179,7 @@ class WriteEncodedManifest(beam.DoFn):
         manifest = {"shards": [shard_name(i, self.num_shards) for i in range(self.num_shards)],
                     "sentences": sum(count for _, count, _ in shards), "dim": max(dims, default=0),
                     "dtype": self.dtype, "model": self.model}
-
-        def write(partial):
-            with tf.io.gfile.GFile(partial, "w") as f:
-                f.write(json.dumps(manifest, indent=1))
-
-        write_atomically(os.path.join(self.output_dir, MANIFEST), write)
+        write_manifest(self.output_dir, manifest)
         yield manifest
 
 

@@ -1,0 +1,74 @@
+"""tf_msemb.pipelines.mine under 2 worker processes: the pairs and scores of evaluation.mining on one machine."""
+
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+
+from tf_msemb.evaluation import mining
+from tf_msemb.pipelines import encode
+from tf_msemb.pipelines.mine import MineBitext
+
+
+def _unit(a):
+    return (a / np.linalg.norm(a, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _pools(seed=0, n_x=420, n_y=380, translated=260, dim=24):
+    """Sources, and targets of which `translated` are noisy copies of sources (others distractors), as texts too."""
+    rng = np.random.default_rng(seed)
+    x = _unit(rng.normal(size=(n_x, dim)))
+    y = _unit(np.concatenate([x[:translated] + rng.normal(scale=0.35, size=(translated, dim)),
+                              rng.normal(size=(n_y - translated, dim))])[rng.permutation(n_y)])
+    return (x, [f"src {i}" for i in range(n_x)]), (y, [f"tgt {i}" for i in range(n_y)])
+
+
+def _encoded(directory, vectors, texts, num_shards):
+    """An encode pipeline's output for `vectors` (row i has id i and text i), `num_shards` shards (some may be empty)."""
+    os.makedirs(directory)
+    for shard in range(num_shards):
+        rows = [i for i in range(len(texts)) if i % num_shards == shard]
+        encode.write_shard(os.path.join(directory, encode.shard_name(shard, num_shards)), rows,
+                           vectors[rows].reshape(len(rows), vectors.shape[1]), [texts[i] for i in rows])
+    encode.write_manifest(directory, {"shards": [encode.shard_name(s, num_shards) for s in range(num_shards)],
+                                      "sentences": len(texts), "dim": vectors.shape[1], "dtype": "float32"})
+    return str(directory)
+
+
+def _mined(path):
+    rows = [line.split("\t") for line in open(path, encoding="utf-8").read().splitlines()]
+    return {(src, tgt): float(score) for score, src, tgt in rows}, [float(r[0]) for r in rows]
+
+
+def _run(options, src, tgt, output, **kwargs):
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | MineBitext(src, tgt, str(output), **kwargs)
+    pipeline.run().wait_until_finish()
+    return _mined(output)
+
+
+@pytest.mark.parametrize("selection, threshold", [("max", None), ("intersect", 1.05)])
+def test_exact_blocks_mine_the_pairs_and_scores_of_one_machine(tmp_path, beam_options, selection, threshold):
+    (x, src), (y, tgt) = _pools()
+    # 3 x 4 blocks of unequal shards, and a source shard smaller than k.
+    src_dir = _encoded(tmp_path / "x", x, src, 3)
+    tgt_dir = _encoded(tmp_path / "y", y, tgt, 4)
+    mined, scores = _run(beam_options, src_dir, tgt_dir, tmp_path / "mined.tsv", k=4, selection=selection,
+                         threshold=threshold)
+    expected = mining.mine(x, y, 4, "ratio", selection, threshold)
+    assert scores == sorted(scores, reverse=True) and len(mined) == len(expected) > 100
+    assert mined.keys() == {(src[i], tgt[j]) for _, i, j in expected}
+    for score, i, j in expected:
+        assert mined[src[i], tgt[j]] == pytest.approx(score, abs=1e-5)
+
+
+def test_ivf_probing_every_cell_is_exact_and_few_cells_keep_most_pairs(tmp_path, beam_options):
+    (x, src), (y, tgt) = _pools(seed=1)
+    src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 3)
+    expected = {(src[i], tgt[j]): s for s, i, j in mining.mine(x, y, 4, "ratio", "max")}
+    every, _ = _run(beam_options, src_dir, tgt_dir, tmp_path / "all.tsv", index="ivf", nlist=8, nprobe=8)
+    assert every.keys() == expected.keys()
+    assert all(every[pair] == pytest.approx(score, abs=1e-5) for pair, score in expected.items())
+    few, _ = _run(beam_options, src_dir, tgt_dir, tmp_path / "few.tsv", index="ivf", nlist=8, nprobe=2)
+    assert few != every and len(few.keys() & expected.keys()) >= 0.6 * len(expected)

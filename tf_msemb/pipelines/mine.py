@@ -1,0 +1,348 @@
+"""Margin mining of two encoded corpora (`tf_msemb.pipelines.encode` outputs) as a Beam pipeline.
+
+    python -m tf_msemb.pipelines.mine --src=runs/encoded/de --tgt=runs/encoded/en --output=mined.de-en.tsv \
+        --threshold=1.06 [--index=ivf --nlist=4096 --nprobe=16] [--runner=DataflowRunner ...]
+
+The same mining as `tools/mine_bitext.py` (`evaluation.mining`: ratio
+margin by default, each margin's paper's pick, `max` or `intersect`
+selection), spread over workers:
+
+1. k-NN per block of (source shard, target shard): exact blocks score both
+   directions in one pass of `search.exact_knn_both`; with `--index=ivf`
+   one faiss IVF quantizer per side is trained on a sample of that side and
+   reaches the workers as a side input, and each shard is indexed once and
+   searched by every shard of the other side (`nprobe` cells per query).
+2. A per-sentence top-k combine of the blocks' lists (`search.merge_top_k`),
+   keyed by (side, shard), both directions.
+3. Each sentence's mean cosine to its k neighbours (`mining.filled_mean`),
+   joined back onto the neighbours that name it.
+4. The margin and each query's candidate (`mining.best_candidates`), the
+   threshold, then the selection (`mining.select`, on one worker: it takes
+   each sentence once, best first, over all candidates at or above the
+   threshold, which is what selecting first and thresholding after keeps).
+5. The texts joined onto the kept pairs, and one `score<TAB>src<TAB>tgt`
+   line each, best first, in `--output`.
+
+Sentences are named by position, `shard * 2**32 + row`, inside the
+pipeline; every step is a function of its input, so a retried or rerun
+stage gives the same lines.
+"""
+
+if __name__ == "__main__":
+    from tf_msemb import cli  # first: it quiets TensorFlow's start-up
+
+import collections
+import math
+
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
+from absl import flags
+from apache_beam.metrics import Metrics
+
+from tf_msemb.evaluation import mining
+from tf_msemb.evaluation import search
+from tf_msemb.pipelines.beam_io import StageDone
+from tf_msemb.pipelines.beam_io import pipeline_options
+from tf_msemb.pipelines.beam_io import run
+from tf_msemb.pipelines.beam_io import write_atomically
+from tf_msemb.pipelines.encode import read_manifest
+from tf_msemb.pipelines.encode import read_shard
+from tf_msemb.pipelines.encode import shard_paths
+
+NAMESPACE = "tf_msemb.mine"
+INDEXES = ("exact", "ivf")
+ROW_BITS = 32
+SIDES = ("x", "y")
+
+
+def positions(shard, rows):
+    """Pipeline-wide names of rows of a shard (-1 stays -1: a neighbour an index left unfilled)."""
+    rows = np.asarray(rows, np.int64)
+    return np.where(rows < 0, -1, (np.int64(shard) << ROW_BITS) + rows)
+
+
+def shard_of(position):
+    return np.asarray(position, np.int64) >> ROW_BITS
+
+
+def row_of(position):
+    return np.asarray(position, np.int64) & ((1 << ROW_BITS) - 1)
+
+
+class _Shards:
+    """The last few shards a worker loaded, as float32 vectors (blocks reuse them)."""
+
+    def __init__(self, paths, keep=4):
+        self.paths, self.keep, self.loaded = paths, keep, collections.OrderedDict()
+
+    def __call__(self, shard):
+        if shard not in self.loaded:
+            _, vectors, _ = read_shard(self.paths[shard])
+            self.loaded[shard] = np.ascontiguousarray(vectors, np.float32)
+            if len(self.loaded) > self.keep:
+                self.loaded.popitem(last=False)
+        self.loaded.move_to_end(shard)
+        return self.loaded[shard]
+
+
+class ExactBlock(beam.DoFn):
+    """`(x shard, y shard)` -> both directions' k-NN within the block, keyed `(side, shard)`."""
+
+    def __init__(self, x_paths, y_paths, k):
+        self.x_paths, self.y_paths, self.k = x_paths, y_paths, k
+
+    def setup(self):
+        self.x, self.y = _Shards(self.x_paths), _Shards(self.y_paths)
+
+    def process(self, block):
+        qs, ts = block
+        x, y = self.x(qs), self.y(ts)
+        if not len(x) or not len(y):
+            return
+        (x_sims, x_ids), (y_sims, y_ids) = search.exact_knn_both(x, y, self.k)
+        Metrics.counter(NAMESPACE, "block_scores").inc(len(x) * len(y))
+        yield ("x", qs), (ts, x_sims, positions(ts, x_ids))
+        yield ("y", ts), (qs, y_sims, positions(qs, y_ids))
+
+
+class IvfColumn(beam.DoFn):
+    """`(side, shard)` of the searched pool -> the k-NN in it of every shard of the other side (IVF, nprobe cells).
+
+    The pool shard is added once to the side's trained quantizer (a side
+    input, the same cells on every worker), so the union over pool shards of
+    each query's probed lists is what one index over the whole pool probes.
+    """
+
+    def __init__(self, paths, k, nprobe):
+        self.paths, self.k, self.nprobe = paths, k, nprobe
+
+    def setup(self):
+        self.shards = {side: _Shards(self.paths[side], keep=2) for side in SIDES}
+
+    def process(self, column, trained):
+        import faiss
+
+        side, shard = column
+        pool = self.shards[side](shard)
+        other = "y" if side == "x" else "x"
+        if not len(pool):
+            return
+        index = faiss.deserialize_index(trained[side])
+        index.add(pool)
+        for query_shard in range(len(self.paths[other])):
+            queries = self.shards[other](query_shard)
+            if len(queries):
+                sims, ids = search.search_index(index, queries, self.k, nprobe=self.nprobe)
+                Metrics.counter(NAMESPACE, "queries").inc(len(queries))
+                yield (other, query_shard), (shard, sims, positions(shard, ids))
+
+
+class TrainQuantizer(beam.DoFn):
+    """A side's vectors (every shard's share of a sample) -> a trained, empty IVF index, serialized."""
+
+    def __init__(self, nlist, sizes):
+        self.nlist, self.sizes = nlist, sizes
+
+    def process(self, sample):
+        import faiss
+
+        side, vectors = sample
+        vectors = np.concatenate([part for _, part in sorted(vectors, key=lambda part: part[0])])
+        yield side, faiss.serialize_index(search.trained_ivf(vectors, self.sizes[side], self.nlist))
+
+
+def _merged(element, k):
+    """All blocks' lists of one `(side, shard)` -> its k-NN `(sims, positions)`, blocks merged in shard order."""
+    key, parts = element
+    parts = sorted(parts, key=lambda part: part[0])
+    sims, ids = parts[0][1], parts[0][2]
+    for _, more_sims, more_ids in parts[1:]:
+        sims, ids = search.merge_top_k(sims, ids, more_sims, more_ids, k)
+    return key, (sims, ids)
+
+
+def _requests(element):
+    """A shard's k-NN -> for each shard of the other side, the rows of it this shard needs the means of."""
+    (side, shard), (_, ids) = element
+    other = "y" if side == "x" else "x"
+    named = ids[ids >= 0]
+    for other_shard in np.unique(shard_of(named)):
+        yield (other, int(other_shard)), (side, shard, np.unique(row_of(named[shard_of(named) == other_shard])))
+
+
+def _answers(element):
+    """A shard's means and the requests for them -> `((side, shard), (this shard, rows, means))` replies."""
+    (_, shard), grouped = element
+    means = next(iter(grouped["means"]))
+    for side, requester, rows in grouped["requests"]:
+        yield (side, requester), (shard, rows, means[rows])
+
+
+class Candidates(beam.DoFn):
+    """A shard's k-NN, its means and its neighbours' means -> each query's best candidate at or above the threshold."""
+
+    def __init__(self, margin, pick, threshold):
+        self.margin, self.pick, self.threshold = margin, pick, threshold
+
+    def process(self, element):
+        (side, shard), grouped = element
+        sims, ids = next(iter(grouped["knn"]))
+        means = next(iter(grouped["means"]))
+        neighbour_means = np.full(ids.shape, np.nan)
+        for other_shard, rows, values in grouped["answers"]:
+            here = (ids >= 0) & (shard_of(ids) == other_shard)
+            neighbour_means[here] = values[np.searchsorted(rows, row_of(ids[here]))]
+        scores, chosen = mining.best_candidates(sims, ids, means, neighbour_means, self.margin, self.pick)
+        kept = np.isfinite(scores) & (scores >= (-np.inf if self.threshold is None else self.threshold))
+        own = positions(shard, np.arange(len(sims)))
+        for score, query, candidate in zip(scores[kept], own[kept], chosen[kept]):
+            pair = (int(query), int(candidate)) if side == "x" else (int(candidate), int(query))
+            yield beam.pvalue.TaggedOutput(side, (float(score), *pair))
+
+
+def _select(forward, backward, selection):
+    return mining.select(forward, backward, selection)
+
+
+class AttachTexts(beam.DoFn):
+    """`(shard, pairs)` -> each pair with the text of its sentence in that shard (`side`'s) appended."""
+
+    def __init__(self, paths, side):
+        self.paths, self.side = paths, side
+
+    def process(self, element):
+        shard, pairs = element
+        _, _, texts = read_shard(self.paths[shard])
+        for pair in pairs:
+            yield *pair, texts[int(row_of(pair[1 if self.side == "x" else 2]))]
+
+
+def _write_lines(pairs, output):
+    """Writes `score<TAB>src<TAB>tgt` lines, best first (the order `mining.select` gives)."""
+    pairs = sorted(pairs, key=lambda p: (p[0], p[1], p[2]), reverse=True)
+
+    def write(partial):
+        with tf.io.gfile.GFile(partial, "w") as f:
+            for score, _, _, src, tgt in pairs:
+                f.write(f"{score:.6f}\t{src.replace(chr(9), ' ')}\t{tgt.replace(chr(9), ' ')}\n")
+
+    write_atomically(output, write)
+    return len(pairs)
+
+
+def _sample(element, paths, sizes, per_side, seed):
+    """`(side, shard)` -> `(side, (shard, its share of the side's training sample))`: a fixed draw per shard."""
+    side, shard = element
+    _, vectors, _ = read_shard(paths[side][shard])
+    take = min(len(vectors), math.ceil(per_side * len(vectors) / max(sizes[side], 1)))
+    rows = np.sort(np.random.default_rng([seed, shard]).choice(len(vectors), size=take, replace=False))
+    yield side, (shard, np.asarray(vectors[rows], np.float32))
+
+
+class MineBitext(beam.PTransform):
+    """Two encoded corpora -> the mined pairs' lines in `output` (outputs the number of pairs written).
+
+    Args:
+        src_dir, tgt_dir: `tf_msemb.pipelines.encode` output directories.
+        output: the TSV file to write.
+        k, margin, selection, pick, threshold: as `tools/mine_bitext.py`'s flags.
+        index: `"exact"` blocks, or `"ivf"` (a quantizer per side trained on `sample` vectors, `nlist` cells,
+            `nprobe` cells probed per query).
+    """
+
+    def __init__(self, src_dir, tgt_dir, output, k=4, margin="ratio", selection="max", pick=None, threshold=None,
+                 index="exact", nlist=None, nprobe=16, sample=100_000, seed=0):
+        super().__init__()
+        if index not in INDEXES:
+            raise ValueError(f"Unknown index {index!r}; choose from {INDEXES}.")
+        for value, choices, what in ((margin, mining.MARGINS, "margin"), (selection, mining.SELECTIONS, "selection"),
+                                     (pick or mining.PICKS[0], mining.PICKS, "pick")):
+            if value not in choices:  # here, not on a worker
+                raise ValueError(f"Unknown {what} {value!r}; choose from {choices}.")
+        self.paths = {"x": shard_paths(src_dir), "y": shard_paths(tgt_dir)}
+        self.sizes = {"x": read_manifest(src_dir)["sentences"], "y": read_manifest(tgt_dir)["sentences"]}
+        self.output, self.k, self.margin, self.selection, self.pick = output, k, margin, selection, pick
+        self.threshold, self.index, self.nlist, self.nprobe = threshold, index, nlist, nprobe
+        self.sample, self.seed = sample, seed
+
+    def expand(self, pipeline):
+        knn_parts = self._knn_parts(pipeline)
+        knn = (knn_parts
+               | "BySentenceShard" >> beam.GroupByKey()
+               | "TopK" >> beam.Map(_merged, self.k))
+        _ = knn | StageDone("knn", "shards")
+        means = knn | "Means" >> beam.MapTuple(lambda key, result: (key, mining.filled_mean(result[0])))
+        answers = ({"means": means, "requests": knn | "Requests" >> beam.FlatMap(_requests)}
+                   | "ByNeighbourShard" >> beam.CoGroupByKey()
+                   | "Answers" >> beam.FlatMap(_answers))
+        candidates = ({"knn": knn, "means": means, "answers": answers}
+                      | "WithNeighbourMeans" >> beam.CoGroupByKey()
+                      | "Candidates" >> beam.ParDo(Candidates(self.margin, self.pick, self.threshold)
+                                                   ).with_outputs(*SIDES))
+        backward = candidates.y | "Backward" >> beam.combiners.ToList()
+        chosen = (candidates.x
+                  | "Forward" >> beam.combiners.ToList()
+                  | "Select" >> beam.FlatMap(_select, beam.pvalue.AsSingleton(backward), self.selection))
+        _ = chosen | StageDone("select", "pairs")
+        lines = (chosen
+                 | "BySource" >> beam.GroupBy(lambda pair: int(shard_of(pair[1])))
+                 | "SourceText" >> beam.ParDo(AttachTexts(self.paths["x"], "x"))
+                 | "ByTarget" >> beam.GroupBy(lambda pair: int(shard_of(pair[2])))
+                 | "TargetText" >> beam.ParDo(AttachTexts(self.paths["y"], "y")))
+        return (lines
+                | "All" >> beam.combiners.ToList()
+                | "Write" >> beam.Map(_write_lines, self.output))
+
+    def _knn_parts(self, pipeline):
+        if self.index == "exact":
+            blocks = [(qs, ts) for qs in range(len(self.paths["x"])) for ts in range(len(self.paths["y"]))]
+            return (pipeline
+                    | "Blocks" >> beam.Create(blocks)
+                    | "SpreadBlocks" >> beam.Reshuffle()
+                    | "ExactBlocks" >> beam.ParDo(ExactBlock(self.paths["x"], self.paths["y"], self.k)))
+        shards = [(side, shard) for side in SIDES for shard in range(len(self.paths[side]))]
+        trained = (pipeline
+                   | "SampleShards" >> beam.Create(shards)
+                   | "Sample" >> beam.FlatMap(_sample, self.paths, self.sizes, self.sample, self.seed)
+                   | "BySide" >> beam.GroupByKey()
+                   | "Train" >> beam.ParDo(TrainQuantizer(self.nlist, self.sizes)))
+        return (pipeline
+                | "Columns" >> beam.Create(shards)
+                | "SpreadColumns" >> beam.Reshuffle()
+                | "IvfColumns" >> beam.ParDo(IvfColumn(self.paths, self.k, self.nprobe),
+                                             beam.pvalue.AsDict(trained)))
+
+
+def main(argv):
+    """Builds and runs the pipeline from the flags; `argv`'s leftovers are Beam's pipeline options."""
+    FLAGS = flags.FLAGS
+    pipeline = beam.Pipeline(options=pipeline_options(argv[1:]))
+    _ = pipeline | MineBitext(FLAGS.src, FLAGS.tgt, FLAGS.output, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.pick,
+                              FLAGS.threshold, FLAGS.index, FLAGS.nlist, FLAGS.nprobe, FLAGS.sample)
+    run(pipeline)
+    print(f"Mined pairs: {FLAGS.output}")
+
+
+def define_flags():
+    """The command line's flags (defined only when it runs: absl flags are process-wide)."""
+    flags.DEFINE_string("src", None, "The source side: an encode pipeline's output_dir.")
+    flags.DEFINE_string("tgt", None, "The target side: an encode pipeline's output_dir.")
+    flags.DEFINE_string("output", None, "TSV of score<TAB>src<TAB>tgt, best first.")
+    flags.DEFINE_float("threshold", None, "Keep pairs scoring at least this (all selected pairs when unset).")
+    flags.DEFINE_integer("k", 4, "Neighbours per direction for the margin.")
+    flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score.")
+    flags.DEFINE_enum("selection", "max", list(mining.SELECTIONS), "Candidate selection.")
+    flags.DEFINE_enum("pick", None, list(mining.PICKS), "Each query's candidate (default: the margin's paper's rule).")
+    flags.DEFINE_enum("index", "exact", list(INDEXES), "Exact blocks, or IVF cells shared by every worker.")
+    flags.DEFINE_integer("nlist", None, "IVF cells per side (default about 4 sqrt(n) of the sample's pool).")
+    flags.DEFINE_integer("nprobe", 16, "IVF cells probed per query.")
+    flags.DEFINE_integer("sample", 100_000, "Vectors per side the IVF cells are trained on.")
+    flags.mark_flags_as_required(["src", "tgt", "output"])
+
+
+if __name__ == "__main__":
+    from tf_msemb.pipelines import mine  # the importable module: workers unpickle its classes by name
+
+    mine.define_flags()
+    cli.run(mine.main, beam_arguments=True)
