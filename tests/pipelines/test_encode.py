@@ -1,25 +1,13 @@
 """tf_msemb.pipelines.encode under 2 worker processes: the export's vectors, ids of first occurrences, shards."""
 
+import apache_beam as beam
 import numpy as np
 import pytest
-import tensorflow as tf
-import apache_beam as beam
 
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
-from tf_msemb.export.saved_model import export_saved_model
-from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.pipelines import encode as encode_pipeline
 from tf_msemb.quickstart import CORPUS_DIR
-
-
-@pytest.fixture(scope="module")
-def export(tokenizer, tmp_path_factory):
-    """A tiny random encoder's float32 export (the default packed path)."""
-    tf.keras.utils.set_random_seed(3)
-    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
-                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
-    return export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "model"))
 
 
 def _corpus(tmp_path):

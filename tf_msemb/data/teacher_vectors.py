@@ -26,7 +26,8 @@ def _encode_unique(embed, sentences, cache, batch_size):
     return np.stack([cache[s] for s in sentences]) if sentences else np.zeros((0, 0), np.float32)
 
 
-def _with_teacher(serialized, vector):
+def with_teacher(serialized, vector):
+    """The record `serialized` with its `teacher` field set to `vector`."""
     example = tf.train.Example.FromString(serialized)
     example.features.feature["teacher"].float_list.value[:] = vector.tolist()
     return example.SerializeToString(deterministic=True)
@@ -61,7 +62,7 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
                 partial = target + ".partial"
                 with tf.io.TFRecordWriter(partial) as writer:
                     for record, vector in zip(records, vectors):
-                        writer.write(_with_teacher(record, vector))
+                        writer.write(with_teacher(record, vector))
                 os.replace(partial, target)
             progress.add(len(records))
     dim = int(next(iter(cache.values())).shape[0]) if cache else int(encoder.output_dim)
