@@ -1,11 +1,14 @@
 """tf_msemb.pipelines.mine under 2 worker processes: the pairs and scores of evaluation.mining on one machine."""
 
 import os
+import subprocess
+import sys
 
 import apache_beam as beam
 import numpy as np
 import pytest
 
+from tests.pipelines.conftest import WORKER_ARGS
 from tf_msemb.evaluation import mining
 from tf_msemb.pipelines import encode
 from tf_msemb.pipelines.mine import MineBitext
@@ -72,3 +75,20 @@ def test_ivf_probing_every_cell_is_exact_and_few_cells_keep_most_pairs(tmp_path,
     assert all(every[pair] == pytest.approx(score, abs=1e-5) for pair, score in expected.items())
     few, _ = _run(beam_options, src_dir, tgt_dir, tmp_path / "few.tsv", index="ivf", nlist=8, nprobe=2)
     assert few != every and len(few.keys() & expected.keys()) >= 0.6 * len(expected)
+
+
+def test_the_command_line_prints_a_line_per_stage_and_one_error_line(tmp_path):
+    (x, src), (y, tgt) = _pools(n_x=60, n_y=50, translated=40)
+    src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 2)
+    command = [sys.executable, "-m", "tf_msemb.pipelines.mine", f"--tgt={tgt_dir}", *WORKER_ARGS]
+    done = subprocess.run([*command, f"--src={src_dir}", f"--output={tmp_path / 'm.tsv'}"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for line in ("[pipeline] knn: 4 shards", "[pipeline] select: ", f"Mined pairs: {tmp_path / 'm.tsv'}"):
+        assert line in done.stdout
+    assert _mined(tmp_path / "m.tsv")[0].keys() == {(src[i], tgt[j]) for _, i, j in mining.mine(x, y)}
+    done = subprocess.run([*command, f"--src={tmp_path}", f"--output={tmp_path / 'n.tsv'}"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (f"error: No encoded.json in {tmp_path}: is it the output_dir of "
+                                                    "tf_msemb.pipelines.encode?")
