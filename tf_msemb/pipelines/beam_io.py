@@ -107,3 +107,10 @@ def run(pipeline):
         raise
     finally:
         job_log.removeFilter(_not_input_error)
+
+
+def run_transform(transform, argv):
+    """Runs a pipeline of the one composite `transform`, with Beam options from `argv` (a command line's leftovers)."""
+    pipeline = beam.Pipeline(options=pipeline_options(argv))
+    _ = pipeline | transform
+    run(pipeline)

@@ -36,8 +36,7 @@ from apache_beam.ml.inference.base import RunInference
 
 from tf_msemb.pipelines.beam_io import StageDone
 from tf_msemb.pipelines.beam_io import match_files
-from tf_msemb.pipelines.beam_io import pipeline_options
-from tf_msemb.pipelines.beam_io import run
+from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.pipelines.records import ReadNumberedLines
 from tf_msemb.text_files import CorpusError
@@ -237,10 +236,8 @@ class EncodeCorpus(beam.PTransform):
 def main(argv):
     """Builds and runs the pipeline from the flags; `argv`'s leftovers are Beam's pipeline options."""
     FLAGS = flags.FLAGS
-    pipeline = beam.Pipeline(options=pipeline_options(argv[1:]))
-    _ = pipeline | EncodeCorpus(match_files(FLAGS.input), FLAGS.model, FLAGS.output_dir, FLAGS.num_shards,
-                                FLAGS.dtype, FLAGS.batch_size)
-    run(pipeline)
+    run_transform(EncodeCorpus(match_files(FLAGS.input), FLAGS.model, FLAGS.output_dir, FLAGS.num_shards,
+                               FLAGS.dtype, FLAGS.batch_size), argv[1:])
     print(f"Vectors: {os.path.join(FLAGS.output_dir, MANIFEST)}")
 
 

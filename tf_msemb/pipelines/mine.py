@@ -43,8 +43,7 @@ from apache_beam.metrics import Metrics
 from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
 from tf_msemb.pipelines.beam_io import StageDone
-from tf_msemb.pipelines.beam_io import pipeline_options
-from tf_msemb.pipelines.beam_io import run
+from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.pipelines.encode import read_manifest
 from tf_msemb.pipelines.encode import read_shard
@@ -317,10 +316,8 @@ class MineBitext(beam.PTransform):
 def main(argv):
     """Builds and runs the pipeline from the flags; `argv`'s leftovers are Beam's pipeline options."""
     FLAGS = flags.FLAGS
-    pipeline = beam.Pipeline(options=pipeline_options(argv[1:]))
-    _ = pipeline | MineBitext(FLAGS.src, FLAGS.tgt, FLAGS.output, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.pick,
-                              FLAGS.threshold, FLAGS.index, FLAGS.nlist, FLAGS.nprobe, FLAGS.sample)
-    run(pipeline)
+    run_transform(MineBitext(FLAGS.src, FLAGS.tgt, FLAGS.output, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.pick,
+                             FLAGS.threshold, FLAGS.index, FLAGS.nlist, FLAGS.nprobe, FLAGS.sample), argv[1:])
     print(f"Mined pairs: {FLAGS.output}")
 
 

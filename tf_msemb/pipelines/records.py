@@ -31,7 +31,6 @@ from absl import flags
 from apache_beam.metrics import Metrics
 
 from tf_msemb.data.records import check_shards
-from tf_msemb.data.writing import DROP_REASONS
 from tf_msemb.data.writing import clean_row
 from tf_msemb.data.writing import new_manifest
 from tf_msemb.data.writing import pair_entry
@@ -41,8 +40,7 @@ from tf_msemb.data.writing import write_manifest
 from tf_msemb.models.pretrained import load_tokenizer
 from tf_msemb.pipelines.beam_io import StageDone
 from tf_msemb.pipelines.beam_io import match_files
-from tf_msemb.pipelines.beam_io import pipeline_options
-from tf_msemb.pipelines.beam_io import run
+from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import stable_hash
 from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.text_files import CorpusError
@@ -310,10 +308,8 @@ def main(argv):
     files = _files(FLAGS.input, FLAGS.tsv)
     if FLAGS.tsv:
         files = {f"{FLAGS.src_lang}-{FLAGS.tgt_lang}": files["-"]}
-    pipeline = beam.Pipeline(options=pipeline_options(argv[1:]))
-    _ = pipeline | CorpusToRecords(files, FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
-                                   FLAGS.tokenizer, FLAGS.pivot, tsv=bool(FLAGS.tsv))
-    run(pipeline)
+    run_transform(CorpusToRecords(files, FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
+                                  FLAGS.tokenizer, FLAGS.pivot, tsv=bool(FLAGS.tsv)), argv[1:])
     print(f"Manifest: {os.path.join(FLAGS.output_dir, FLAGS.prefix)}.manifest.json")
 
 

@@ -29,8 +29,7 @@ from apache_beam.ml.inference.base import RunInference
 from tf_msemb.data.teacher_vectors import with_teacher
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 from tf_msemb.pipelines.beam_io import StageDone
-from tf_msemb.pipelines.beam_io import pipeline_options
-from tf_msemb.pipelines.beam_io import run
+from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.pipelines.encode import ExportModelHandler
 from tf_msemb.text_files import CorpusError
@@ -164,9 +163,7 @@ class AddTeacherVectors(beam.PTransform):
 def main(argv):
     """Builds and runs the pipeline from the flags; `argv`'s leftovers are Beam's pipeline options."""
     FLAGS = flags.FLAGS
-    pipeline = beam.Pipeline(options=pipeline_options(argv[1:]))
-    _ = pipeline | AddTeacherVectors(FLAGS.manifest, FLAGS.model, FLAGS.output_dir, FLAGS.batch_size)
-    run(pipeline)
+    run_transform(AddTeacherVectors(FLAGS.manifest, FLAGS.model, FLAGS.output_dir, FLAGS.batch_size), argv[1:])
     print(f"Manifest: {os.path.join(FLAGS.output_dir, os.path.basename(FLAGS.manifest))}")
 
 
