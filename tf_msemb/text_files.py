@@ -24,3 +24,8 @@ def read_lines(path):
     if not lines:
         raise CorpusError(f"Corpus file is empty: {path}")
     return [line.rstrip("\r") for line in lines]
+
+
+def unique_lines(path):
+    """The distinct non-blank lines of `path`, in order of first appearance (what mining encodes)."""
+    return list(dict.fromkeys(line for line in read_lines(path) if line.strip()))

@@ -22,7 +22,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.text_files import read_lines
+from tf_msemb.text_files import unique_lines
 from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
 from tf_msemb.evaluation.embedding_cache import DTYPES
@@ -53,11 +53,6 @@ flags.DEFINE_integer("chunk_size", 50_000, "Sentences per encoding chunk and vec
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.mark_flags_as_required(["model", "src", "tgt", "output"])
 FLAGS = flags.FLAGS
-
-
-def unique_lines(path):
-    """The distinct non-blank lines of `path`, in order of first appearance."""
-    return list(dict.fromkeys(line for line in read_lines(path) if line.strip()))
 
 
 def main(argv):

@@ -15,7 +15,7 @@ def _corpus(tmp_path):
         lines = f.read().splitlines()[:300]
     first = lines[:150] + ["", "   "] + lines[:20]  # blank lines, and repeats of earlier lines
     (tmp_path / "a.txt").write_text("\n".join(first) + "\n", encoding="utf-8")
-    (tmp_path / "b.txt").write_text("\n".join(lines[140:]) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_bytes(("\n".join(lines[140:]) + "\n").encode() + b"caf\xe9 latin-1\n")
     return [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], first, lines[140:]
 
 
@@ -38,7 +38,9 @@ def test_the_pipeline_vectors_are_the_exports_under_first_occurrence_ids(export,
                 expected_ids.setdefault(line, encode_pipeline.sentence_id(index, number))
     assert dict(zip(texts, ids.tolist())) == expected_ids and len(texts) == len(expected_ids) == manifest["sentences"]
     assert all(list(s[0]) == sorted(s[0]) and all(i % 3 == shard for i in s[0]) for shard, s in enumerate(shards))
-    assert vectors.dtype == dtype and manifest["dim"] == 16
+    assert vectors.dtype == dtype and manifest["dim"] == 16 and manifest["malformed"] == 1
+    letters = (tmp_path / "out" / "dead_letters.tsv").read_text().splitlines()
+    assert [letter.split("\t")[:2] for letter in letters] == [[files[1], str(len(second) + 1)]]
     reference = encode(load_model(export), texts, batch_size=7, verbose=False)
     np.testing.assert_allclose(vectors.astype(np.float32), reference.astype(dtype).astype(np.float32),
                                atol=1e-6, rtol=0)

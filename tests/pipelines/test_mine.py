@@ -51,19 +51,40 @@ def _run(options, src, tgt, output, **kwargs):
     return _mined(output)
 
 
-@pytest.mark.parametrize("selection, threshold", [("max", None), ("intersect", 1.05)])
-def test_exact_blocks_mine_the_pairs_and_scores_of_one_machine(tmp_path, beam_options, selection, threshold):
+def _one_sided_threshold(x, y):
+    """A threshold for `rescore_one_sided` that some pair's forward score meets and its backward one does not."""
+    forward, backward = mining.margin_candidates(x, y, 4, "rescore_one_sided")
+    backward = {(i, j): s for s, i, j in backward}
+    split = [(s, backward[i, j]) for s, i, j in forward if (i, j) in backward and backward[i, j] < s]
+    assert split
+    return (split[len(split) // 2][0] + split[len(split) // 2][1]) / 2
+
+
+@pytest.mark.parametrize("selection, threshold, margin", [("max", None, "ratio"), ("intersect", 1.05, "ratio"),
+                                                          ("intersect", "split", "rescore_one_sided")])
+def test_exact_blocks_mine_the_pairs_and_scores_of_one_machine(tmp_path, beam_options, selection, threshold, margin):
     (x, src), (y, tgt) = _pools()
-    # 3 x 4 blocks of unequal shards, and a source shard smaller than k.
+    if threshold == "split":  # thresholding backward candidates too would lose pairs here
+        threshold = _one_sided_threshold(x, y)
+    # 3 x 4 blocks of unequal shards.
     src_dir = _encoded(tmp_path / "x", x, src, 3)
     tgt_dir = _encoded(tmp_path / "y", y, tgt, 4)
     mined, scores = _run(beam_options, src_dir, tgt_dir, tmp_path / "mined.tsv", k=4, selection=selection,
-                         threshold=threshold)
-    expected = mining.mine(x, y, 4, "ratio", selection, threshold)
-    assert scores == sorted(scores, reverse=True) and len(mined) == len(expected) > 100
+                         threshold=threshold, margin=margin)
+    expected = mining.mine(x, y, 4, margin, selection, threshold)
+    assert scores == sorted(scores, reverse=True) and len(mined) == len(expected) > 40
     assert mined.keys() == {(src[i], tgt[j]) for _, i, j in expected}
     for score, i, j in expected:
         assert mined[src[i], tgt[j]] == pytest.approx(score, abs=1e-5)
+
+
+@pytest.mark.parametrize("index", ["exact", "ivf"])
+def test_empty_shards_and_shards_smaller_than_k(tmp_path, beam_options, index):
+    (x, src), (y, tgt) = _pools(n_x=3, n_y=120, translated=3)
+    src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 5), _encoded(tmp_path / "y", y, tgt, 2)  # 2 empty x shards
+    mined, _ = _run(beam_options, src_dir, tgt_dir, tmp_path / "m.tsv", index=index, nlist=1, nprobe=1)
+    expected = mining.mine(x, y, 4, "ratio", "max")
+    assert mined == pytest.approx({(src[i], tgt[j]): s for s, i, j in expected}, abs=1e-5)
 
 
 def test_ivf_probing_every_cell_is_exact_and_few_cells_keep_most_pairs(tmp_path, beam_options):

@@ -29,16 +29,18 @@ DE = ["ein Hund", "die Katze", "leer", "die Katze", "lang", "zwei", "ein Vogel",
 FR = ["un chien", "le chat", "vide", "le chat ", "long", "deux", "", "le chat", "pareil", "pareil"]
 
 
-def _write(path, lines, zipped=False):
-    data = "".join(f"{line}\n" for line in lines).encode("utf-8")
+def _write(path, lines, zipped=False, ends=None):
+    """`lines` with `\n` after each, or `ends[i]` after line i (`\r\n`, a lone `\r`: `read_lines` splits at both)."""
+    data = "".join(f"{line}{ends[i] if ends else chr(10)}" for i, line in enumerate(lines)).encode("utf-8")
     with (gzip.open if zipped else open)(path, "wb") as f:
         f.write(data)
     return str(path)
 
 
 def _corpus(tmp_path):
-    return {"en": [_write(tmp_path / "c.en.gz", EN, zipped=True)], "de": [_write(tmp_path / "c.de", DE)],
-            "fr": [_write(tmp_path / "c.fr", FR)]}
+    return {"en": [_write(tmp_path / "c.en.gz", EN, zipped=True)],
+            "de": [_write(tmp_path / "c.de", DE, ends=["\r\n"] * len(DE))],
+            "fr": [_write(tmp_path / "c.fr", FR, ends=["\r", "\n", "\r"] + ["\n"] * (len(FR) - 3))]}
 
 
 def _records_by_pair(manifest_path):
@@ -81,21 +83,21 @@ def test_the_records_equal_make_tfrecords_as_multisets_and_rerun_to_the_same_byt
 def test_tsv_rows_keep_hard_negatives_and_malformed_lines_go_to_the_dead_letters(tmp_path, beam_options):
     good = ["ein Hund\ta dog\ta cat", "die Katze\tthe cat", "die Katze\tthe cat", "leer\t "]
     path = _write(tmp_path / "p.tsv", good)
-    _run_records(beam_options, {"de-en": [path]}, tmp_path / "beam", num_shards=2, tsv=True)
+    _run_records(beam_options, {("de", "en"): [path]}, tmp_path / "beam", num_shards=2, tsv=True)
     write_tfrecords(tsv_pairs(path, "de", "en"), str(tmp_path / "one"), "c", 1, verbose=False, drop_duplicates=True)
     assert _records_by_pair(str(tmp_path / "beam" / "c.manifest.json")) == \
            _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
 
     bad = tmp_path / "bad.tsv"
     bad.write_bytes("ein Hund\ta dog\nno tab here\ndie Katze\tthe cat\n".encode() + b"\xff\xfe\tbroken\n")
-    result = _run_records(beam_options, {"de-en": [str(bad)]}, tmp_path / "dead", num_shards=2, tsv=True)
+    result = _run_records(beam_options, {("de", "en"): [str(bad)]}, tmp_path / "dead", num_shards=2, tsv=True)
     letters = (tmp_path / "dead" / "c.dead_letters.tsv").read_text(encoding="utf-8").splitlines()
     assert [line.split("\t")[:2] for line in letters] == [[str(bad), "2"], [str(bad), "4"]]
     assert "not UTF-8" in letters[1] and "1 tab-separated field(s)" in letters[0]
     manifest = _manifest(tmp_path / "dead")
     assert manifest["malformed"] == 2 and manifest["pairs"]["de-en"]["examples"] == 2
     counters = collections.Counter()
-    for counter in result.metrics().query(MetricsFilter().with_namespace(records.NAMESPACE))["counters"]:
+    for counter in result.metrics().query(MetricsFilter())["counters"]:
         counters[counter.key.metric.name] += counter.committed  # one per step that counts it
     assert counters["malformed"] == 2 and counters["examples"] == 2
     check_shards([str(tmp_path / "dead" / name) for name in manifest["pairs"]["de-en"]["files"]])
@@ -152,6 +154,12 @@ def test_an_unreadable_file_or_misaligned_files_stop_with_one_error_line(tmp_pat
     assert done.returncode == 1
     assert re.fullmatch(f"error: Line counts differ: {short} has no line (8|9|10) but {files['en'][0]} has; aligned "
                         "files must match line by line.", done.stderr.strip().splitlines()[-1])
+    corrupt = tmp_path / "corrupt.de.gz"
+    zipped = gzip.compress("\n".join(DE).encode())
+    corrupt.write_bytes(zipped[:20] + bytes(b ^ 0x5A for b in zipped[20:]))
+    done = _cli(tmp_path, f"--input=en:{files['en'][0]}", f"--input=de:{corrupt}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: Cannot read {corrupt}")
     done = _cli(tmp_path, f"--input=en:{tmp_path / 'nothing*.en'}", f"--input=fr:{short}")
     assert done.stderr.strip().splitlines()[-1] == f"error: No file matches {tmp_path / 'nothing*.en'}"
 

@@ -7,13 +7,16 @@ each output file is written whole under a temporary name and renamed to a
 name fixed by its key, and a rerun overwrites instead of appending.
 """
 
+import gzip
 import hashlib
 import logging
 import re
 import uuid
+import zlib
 
 import apache_beam as beam
 import tensorflow as tf
+from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
@@ -47,6 +50,84 @@ def match_files(pattern):
     if not files:
         raise CorpusError(f"No file matches {pattern}")
     return files
+
+
+DEAD_LETTERS = "dead_letters"
+MALFORMED = "malformed"
+
+
+def dead_letter(path, number, reason, text):
+    """A malformed line for the `DEAD_LETTERS` output (counted as `tf_msemb.pipelines/malformed`)."""
+    Metrics.counter("tf_msemb.pipelines", MALFORMED).inc()
+    return beam.pvalue.TaggedOutput(DEAD_LETTERS, (path, number, reason, repr(text)))
+
+
+def _lines(stream, block=1 << 20):
+    """The lines of a binary stream as `read_lines` splits them: at `\n`, `\r\n` and a lone `\r`.
+
+    Read in blocks: `GFile`'s own line iteration drops every `\r`.
+    """
+    pending = b""
+    while True:
+        data = stream.read(block)
+        if not data:
+            break
+        pieces = (pending + data).split(b"\n")
+        pending = pieces.pop()
+        for piece in pieces:
+            yield from (piece[:-1] if piece.endswith(b"\r") else piece).split(b"\r")
+    if pending:
+        yield from (pending[:-1] if pending.endswith(b"\r") else pending).split(b"\r")
+
+
+class ReadNumberedLines(beam.DoFn):
+    """`(source, file index, path)` -> `((file index, line number), (source, text or None))`, lines from 1.
+
+    Lines split as `text_files.read_lines` splits them. A line that is not
+    UTF-8 gives `None` (so aligned files stay aligned) and a dead letter. A
+    file that cannot be read, or is empty, stops the pipeline with a
+    `CorpusError` naming it.
+    """
+
+    def process(self, element):
+        source, index, path = element
+        number = 0
+        try:
+            with tf.io.gfile.GFile(path, "rb") as raw:
+                for number, line in enumerate(_lines(gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw),
+                                              start=1):
+                    try:
+                        text = line.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        yield dead_letter(path, number, f"not UTF-8 ({e.reason} at byte {e.start})", line)
+                        text = None
+                    yield (index, number), (source, text)
+        except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
+            reason = getattr(e, "message", None) or str(e)
+            raise CorpusError(f"Cannot read {path} (after line {number}): {reason}") from None
+        if not number:
+            raise CorpusError(f"Corpus file is empty: {path}")
+
+
+class WriteDeadLetters(beam.PTransform):
+    """Dead letters -> `path` (`file<TAB>line<TAB>reason<TAB>text`, in file and line order); outputs their count."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def expand(self, letters):
+        return (letters
+                | "All" >> beam.combiners.ToList()
+                | "Write" >> beam.Map(self._write))
+
+    def _write(self, letters):
+        def write(partial):
+            with tf.io.gfile.GFile(partial, "w") as f:
+                f.write("".join("\t".join(map(str, letter)) + "\n" for letter in sorted(letters)))
+
+        write_atomically(self.path, write)
+        return len(letters)
 
 
 class StageDone(beam.PTransform):

@@ -3,7 +3,8 @@
     python -m tf_msemb.pipelines.encode --model=runs/distill/export/final --input='news/*.de.gz' \
         --output_dir=runs/encoded/de --num_shards=64 [--dtype=float16] [--runner=DataflowRunner ...]
 
-Blank lines are skipped and each distinct line is encoded once, under the id
+Blank lines are skipped (lines that are not UTF-8 go to `dead_letters.tsv`
+with their file and line number), and each distinct line is encoded once, under the id
 of its first occurrence: `file index * 2**40 + line number` over the sorted
 files of the glob (so an id says where the sentence is, and a rerun gives
 the same ids). Sentence `id` goes to shard `id % num_shards`; each shard is
@@ -34,11 +35,14 @@ from apache_beam.ml.inference.base import ModelHandler
 from apache_beam.ml.inference.base import PredictionResult
 from apache_beam.ml.inference.base import RunInference
 
+from tf_msemb.pipelines.beam_io import DEAD_LETTERS
+from tf_msemb.pipelines.beam_io import MALFORMED
+from tf_msemb.pipelines.beam_io import ReadNumberedLines
 from tf_msemb.pipelines.beam_io import StageDone
+from tf_msemb.pipelines.beam_io import WriteDeadLetters
 from tf_msemb.pipelines.beam_io import match_files
 from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import write_atomically
-from tf_msemb.pipelines.records import ReadNumberedLines
 from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.encode"
@@ -81,10 +85,13 @@ def write_manifest(directory, manifest):
 
 def read_shard(path):
     """`(ids [n] int64, vectors [n, d], texts)` of one encoded shard."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        arrays = np.load(io.BytesIO(f.read()))
-        texts = arrays["texts"].tobytes().decode("utf-8").split("\n") if len(arrays["ids"]) else []
-        return arrays["ids"], arrays["vectors"], texts
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            arrays = np.load(io.BytesIO(f.read()))
+            texts = arrays["texts"].tobytes().decode("utf-8").split("\n") if len(arrays["ids"]) else []
+            return arrays["ids"], arrays["vectors"], texts
+    except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
+        raise CorpusError(f"Cannot read the vector shard {path}: {getattr(e, 'message', None) or e}") from None
 
 
 def read_manifest(directory):
@@ -168,16 +175,17 @@ class WriteVectorShard(beam.DoFn):
 
 
 class WriteEncodedManifest(beam.DoFn):
-    """Every shard's `(shard, count, dim)` -> `encoded.json` (shards, sentences, dim, dtype, model)."""
+    """Every shard's `(shard, count, dim)` -> `encoded.json` (shards, sentences, dim, dtype, model, malformed lines)."""
 
     def __init__(self, output_dir, num_shards, dtype, model):
         self.output_dir, self.num_shards, self.dtype, self.model = output_dir, num_shards, dtype, model
 
-    def process(self, shards):
+    def process(self, shards, malformed):
         dims = {dim for _, count, dim in shards if count}
         manifest = {"shards": [shard_name(i, self.num_shards) for i in range(self.num_shards)],
                     "sentences": sum(count for _, count, _ in shards), "dim": max(dims, default=0),
-                    "dtype": self.dtype, "model": self.model}
+                    "dtype": self.dtype, "model": self.model, MALFORMED: malformed,
+                    DEAD_LETTERS: f"{DEAD_LETTERS}.tsv"}
         write_manifest(self.output_dir, manifest)
         yield manifest
 
@@ -210,7 +218,9 @@ class EncodeCorpus(beam.PTransform):
         lines = (pipeline
                  | "Files" >> beam.Create([("text", i, path) for i, path in enumerate(self.files)])
                  | "Spread" >> beam.Reshuffle()
-                 | "Read" >> beam.ParDo(ReadNumberedLines()).with_outputs("dead_letters", main="lines"))
+                 | "Read" >> beam.ParDo(ReadNumberedLines()).with_outputs(DEAD_LETTERS, main="lines"))
+        malformed = lines[DEAD_LETTERS] | "DeadLetterFile" >> WriteDeadLetters(
+            os.path.join(self.output_dir, f"{DEAD_LETTERS}.tsv"))
         sentences = (lines.lines
                      | "NonBlank" >> beam.FlatMap(_first_occurrence)
                      | "Distinct" >> beam.CombinePerKey(min)
@@ -230,7 +240,7 @@ class EncodeCorpus(beam.PTransform):
         return (written
                 | "Gather" >> beam.combiners.ToList()
                 | "Manifest" >> beam.ParDo(WriteEncodedManifest(self.output_dir, self.num_shards, self.dtype,
-                                                                self.model)))
+                                                                self.model), beam.pvalue.AsSingleton(malformed)))
 
 
 def main(argv):

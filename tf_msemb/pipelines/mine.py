@@ -19,7 +19,8 @@ selection), spread over workers:
 4. The margin and each query's candidate (`mining.best_candidates`), the
    threshold, then the selection (`mining.select`, on one worker: it takes
    each sentence once, best first, over all candidates at or above the
-   threshold, which is what selecting first and thresholding after keeps).
+   threshold, which is what selecting first and thresholding after keeps;
+   `intersect` thresholds the forward candidates only).
 5. The texts joined onto the kept pairs, and one `score<TAB>src<TAB>tgt`
    line each, best first, in `--output`.
 
@@ -147,7 +148,8 @@ class TrainQuantizer(beam.DoFn):
         import faiss
 
         side, vectors = sample
-        vectors = np.concatenate([part for _, part in sorted(vectors, key=lambda part: part[0])])
+        # An empty shard's vectors are `[0, 0]`: left out.
+        vectors = np.concatenate([part for _, part in sorted(vectors, key=lambda part: part[0]) if len(part)])
         yield side, faiss.serialize_index(search.trained_ivf(vectors, self.sizes[side], self.nlist))
 
 
@@ -179,10 +181,17 @@ def _answers(element):
 
 
 class Candidates(beam.DoFn):
-    """A shard's k-NN, its means and its neighbours' means -> each query's best candidate at or above the threshold."""
+    """A shard's k-NN, its means and its neighbours' means -> each query's best candidate at or above the threshold.
 
-    def __init__(self, margin, pick, threshold):
-        self.margin, self.pick, self.threshold = margin, pick, threshold
+    Backward candidates are not thresholded for `intersect`: it keeps a
+    forward candidate by its own score when the backward search found the
+    same pair, whatever that one's score (they differ for one-sided margins).
+    """
+
+    def __init__(self, margin, pick, threshold, selection):
+        self.margin, self.pick = margin, pick
+        self.threshold = -np.inf if threshold is None else threshold
+        self.backward_threshold = -np.inf if selection == "intersect" else self.threshold
 
     def process(self, element):
         (side, shard), grouped = element
@@ -193,15 +202,17 @@ class Candidates(beam.DoFn):
             here = (ids >= 0) & (shard_of(ids) == other_shard)
             neighbour_means[here] = values[np.searchsorted(rows, row_of(ids[here]))]
         scores, chosen = mining.best_candidates(sims, ids, means, neighbour_means, self.margin, self.pick)
-        kept = np.isfinite(scores) & (scores >= (-np.inf if self.threshold is None else self.threshold))
+        kept = np.isfinite(scores) & (scores >= (self.threshold if side == "x" else self.backward_threshold))
         own = positions(shard, np.arange(len(sims)))
         for score, query, candidate in zip(scores[kept], own[kept], chosen[kept]):
             pair = (int(query), int(candidate)) if side == "x" else (int(candidate), int(query))
             yield beam.pvalue.TaggedOutput(side, (float(score), *pair))
 
 
-def _select(forward, backward, selection):
-    return mining.select(forward, backward, selection)
+def _select(forward, backward, selection, threshold):
+    """`mining.select`, then the threshold (as `mining.mine`; candidates below it were mostly dropped before)."""
+    chosen = mining.select(forward, backward, selection)
+    return chosen if threshold is None else [c for c in chosen if c[0] >= threshold]
 
 
 class AttachTexts(beam.DoFn):
@@ -235,7 +246,8 @@ def _sample(element, paths, sizes, per_side, seed):
     side, shard = element
     _, vectors, _ = read_shard(paths[side][shard])
     take = min(len(vectors), math.ceil(per_side * len(vectors) / max(sizes[side], 1)))
-    rows = np.sort(np.random.default_rng([seed, shard]).choice(len(vectors), size=take, replace=False))
+    rows = np.sort(np.random.default_rng([seed, SIDES.index(side), shard]).choice(len(vectors), size=take,
+                                                                                  replace=False))
     yield side, (shard, np.asarray(vectors[rows], np.float32))
 
 
@@ -277,12 +289,13 @@ class MineBitext(beam.PTransform):
                    | "Answers" >> beam.FlatMap(_answers))
         candidates = ({"knn": knn, "means": means, "answers": answers}
                       | "WithNeighbourMeans" >> beam.CoGroupByKey()
-                      | "Candidates" >> beam.ParDo(Candidates(self.margin, self.pick, self.threshold)
-                                                   ).with_outputs(*SIDES))
+                      | "Candidates" >> beam.ParDo(Candidates(self.margin, self.pick, self.threshold,
+                                                              self.selection)).with_outputs(*SIDES))
         backward = candidates.y | "Backward" >> beam.combiners.ToList()
         chosen = (candidates.x
                   | "Forward" >> beam.combiners.ToList()
-                  | "Select" >> beam.FlatMap(_select, beam.pvalue.AsSingleton(backward), self.selection))
+                  | "Select" >> beam.FlatMap(_select, beam.pvalue.AsSingleton(backward), self.selection,
+                                           self.threshold))
         _ = chosen | StageDone("select", "pairs")
         lines = (chosen
                  | "BySource" >> beam.GroupBy(lambda pair: int(shard_of(pair[1])))

@@ -22,7 +22,6 @@ if __name__ == "__main__":
     from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 import collections
-import gzip
 import os
 
 import apache_beam as beam
@@ -38,7 +37,12 @@ from tf_msemb.data.writing import serialize_rows
 from tf_msemb.data.writing import shard_files
 from tf_msemb.data.writing import write_manifest
 from tf_msemb.models.pretrained import load_tokenizer
+from tf_msemb.pipelines.beam_io import DEAD_LETTERS
+from tf_msemb.pipelines.beam_io import MALFORMED
+from tf_msemb.pipelines.beam_io import ReadNumberedLines
 from tf_msemb.pipelines.beam_io import StageDone
+from tf_msemb.pipelines.beam_io import WriteDeadLetters
+from tf_msemb.pipelines.beam_io import dead_letter
 from tf_msemb.pipelines.beam_io import match_files
 from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import stable_hash
@@ -46,42 +50,6 @@ from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.records"
-DEAD_LETTERS = "dead_letters"
-MALFORMED = "malformed"
-
-
-def _dead_letter(path, number, reason, text):
-    Metrics.counter(NAMESPACE, MALFORMED).inc()
-    return beam.pvalue.TaggedOutput(DEAD_LETTERS, f"{path}\t{number}\t{reason}\t{text!r}")
-
-
-class ReadNumberedLines(beam.DoFn):
-    """`(source, file index, path)` -> `((file index, line number), (source, text or None))`, lines from 1.
-
-    A line that is not UTF-8 gives `None` (so aligned files stay aligned) and
-    a dead letter. A file that cannot be read at all stops the pipeline with a
-    `CorpusError` naming it.
-    """
-
-    def process(self, element):
-        source, index, path = element
-        number = 0
-        try:
-            with tf.io.gfile.GFile(path, "rb") as raw:
-                stream = raw
-                if path.endswith(".gz"):
-                    stream = gzip.GzipFile(fileobj=raw)
-                for number, line in enumerate(stream, start=1):
-                    line = line.rstrip(b"\n").rstrip(b"\r")
-                    try:
-                        text = line.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        yield _dead_letter(path, number, f"not UTF-8 ({e.reason} at byte {e.start})", line)
-                        text = None
-                    yield (index, number), (source, text)
-        except (OSError, EOFError, tf.errors.OpError) as e:
-            reason = getattr(e, "message", None) or str(e)
-            raise CorpusError(f"Cannot read {path} (after line {number}): {reason}") from None
 
 
 class PairAligned(beam.DoFn):
@@ -115,7 +83,7 @@ class SplitTsv(beam.DoFn):
             return
         fields = tuple(text.split("\t"))
         if len(fields) < 2:
-            yield _dead_letter(self.files[index], number, f"{len(fields)} tab-separated field(s), 2 or more needed",
+            yield dead_letter(self.files[index], number, f"{len(fields)} tab-separated field(s), 2 or more needed",
                                text)
             return
         yield self.pair, fields
@@ -145,8 +113,9 @@ class CleanRows(beam.DoFn):
 class WriteShard(beam.DoFn):
     """All rows of one `(pair, shard)` -> that shard's file, sorted, written whole; emits its example count."""
 
-    def __init__(self, output_dir, prefix, num_shards, tokenizer):
+    def __init__(self, output_dir, prefix, num_shards, tokenizer, languages):
         self.output_dir, self.prefix, self.num_shards, self.tokenizer_spec = output_dir, prefix, num_shards, tokenizer
+        self.languages = languages
 
     def setup(self):
         self.tokenizer = load_tokenizer(self.tokenizer_spec)
@@ -154,7 +123,7 @@ class WriteShard(beam.DoFn):
     def process(self, element):
         (pair, shard), grouped = element
         rows = sorted(grouped["rows"])
-        src_lang, tgt_lang = pair.split("-", 1)
+        src_lang, tgt_lang = self.languages[pair]
         path = os.path.join(self.output_dir, shard_files(self.prefix, pair, self.num_shards)[shard])
 
         def write(partial):
@@ -203,8 +172,8 @@ class CorpusToRecords(beam.PTransform):
 
     Args:
         files: `{language: [paths]}` of line-aligned files (the i-th path of
-            every language aligned), or `{"src-tgt": [paths]}` of TSV files
-            with `tsv=True`.
+            every language aligned), or `{(src_lang, tgt_lang): [paths]}` of
+            TSV files with `tsv=True`.
         output_dir, prefix, num_shards, max_chars, tokenizer: as `tools/make_tfrecords.py`'s flags.
         pivot: the language paired with every other one (aligned files; default: the first).
     """
@@ -217,13 +186,14 @@ class CorpusToRecords(beam.PTransform):
         self.files, self.output_dir, self.prefix = files, output_dir, prefix
         self.num_shards, self.max_chars, self.tokenizer, self.tsv = num_shards, max_chars, tokenizer, tsv
         if tsv:
-            if len(files) != 1 or "-" not in next(iter(files)):
-                raise CorpusError("TSV input is one language pair: {'src-tgt': [paths]}.")
-            self.pairs = list(files)
+            if len(files) != 1 or not isinstance(next(iter(files)), tuple):
+                raise CorpusError("TSV input is one language pair: {(src_lang, tgt_lang): [paths]}.")
+            self.languages = {"-".join(pair): pair for pair in files}
         else:
             self.pivot = pivot or next(iter(files))
             _check_aligned(files, self.pivot)
-            self.pairs = [f"{self.pivot}-{lang}" for lang in files if lang != self.pivot]
+            self.languages = {f"{self.pivot}-{lang}": (self.pivot, lang) for lang in files if lang != self.pivot}
+        self.pairs = list(self.languages)
 
     def expand(self, pipeline):
         tf.io.gfile.makedirs(self.output_dir)
@@ -241,11 +211,10 @@ class CorpusToRecords(beam.PTransform):
                     | "Pair" >> beam.ParDo(PairAligned(self.files, self.pivot)).with_outputs(DEAD_LETTERS,
                                                                                                main="rows"))
         dead = (lines[DEAD_LETTERS], rows[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
-        _ = (dead
-             | "Sorted" >> beam.combiners.ToList()
-             | "DeadLetterFile" >> beam.Map(self._write_dead_letters))
-        malformed = dead | "CountMalformed" >> beam.combiners.Count.Globally() | beam.Map(
-            lambda n: (("*", MALFORMED), n))
+        malformed = (dead
+                     | "DeadLetterFile" >> WriteDeadLetters(os.path.join(self.output_dir,
+                                                                         f"{self.prefix}.{DEAD_LETTERS}.tsv"))
+                     | "AsCount" >> beam.Map(lambda n: (("*", MALFORMED), n)))
         cleaned = rows.rows | "Clean" >> beam.ParDo(CleanRows(self.max_chars)).with_outputs("counts", main="rows")
         unique = (cleaned.rows
                   | "CountCopies" >> beam.combiners.Count.PerElement()
@@ -255,7 +224,8 @@ class CorpusToRecords(beam.PTransform):
         written = ({"rows": unique.rows | "ToShard" >> beam.Map(_keyed_by_shard, self.num_shards),
                     "shard": pipeline | "EveryShard" >> beam.Create(shards)}
                    | "ByShard" >> beam.CoGroupByKey()
-                   | "Write" >> beam.ParDo(WriteShard(self.output_dir, self.prefix, self.num_shards, self.tokenizer)))
+                   | "Write" >> beam.ParDo(WriteShard(self.output_dir, self.prefix, self.num_shards, self.tokenizer,
+                                                    self.languages)))
         _ = written | StageDone("write", "shards")
         return ((written, cleaned.counts, unique.counts, malformed)
                 | "AllCounts" >> beam.Flatten()
@@ -263,15 +233,6 @@ class CorpusToRecords(beam.PTransform):
                 | "Gather" >> beam.combiners.ToList()
                 | "Manifest" >> beam.ParDo(WriteRecordsManifest(self.output_dir, self.prefix, self.pairs,
                                                                 self.num_shards, self.tokenizer)))
-
-    def _write_dead_letters(self, lines):
-        path = os.path.join(self.output_dir, f"{self.prefix}.{DEAD_LETTERS}.tsv")
-
-        def write(partial):
-            with tf.io.gfile.GFile(partial, "w") as f:
-                f.write("".join(f"{line}\n" for line in sorted(lines)))
-
-        write_atomically(path, write)
 
 
 def _check_aligned(files, pivot):
@@ -307,7 +268,7 @@ def main(argv):
         raise CorpusError("--tsv needs --src_lang and --tgt_lang.")
     files = _files(FLAGS.input, FLAGS.tsv)
     if FLAGS.tsv:
-        files = {f"{FLAGS.src_lang}-{FLAGS.tgt_lang}": files["-"]}
+        files = {(FLAGS.src_lang, FLAGS.tgt_lang): files["-"]}
     run_transform(CorpusToRecords(files, FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
                                   FLAGS.tokenizer, FLAGS.pivot, tsv=bool(FLAGS.tsv)), argv[1:])
     print(f"Manifest: {os.path.join(FLAGS.output_dir, FLAGS.prefix)}.manifest.json")

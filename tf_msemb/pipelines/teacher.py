@@ -26,6 +26,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.ml.inference.base import KeyedModelHandler
 from apache_beam.ml.inference.base import RunInference
 
+from tf_msemb.data.records import data_loss_reason
 from tf_msemb.data.teacher_vectors import with_teacher
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 from tf_msemb.pipelines.beam_io import StageDone
@@ -48,8 +49,11 @@ def read_corpus_manifest(path):
 def _records(shard):
     """`(name, path)` -> `((name, position), record)` for each record of the shard."""
     name, path = shard
-    for position, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
-        yield (name, position), record
+    try:
+        for position, record in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator()):
+            yield (name, position), record
+    except tf.errors.OpError as e:
+        raise CorpusError(f"Cannot read the TFRecord shard {path}: {data_loss_reason(e)}") from None
 
 
 class SplitByTeacher(beam.DoFn):
