@@ -113,3 +113,13 @@ def test_the_command_line_prints_a_line_per_stage_and_one_error_line(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (f"error: No encoded.json in {tmp_path}: is it the output_dir of "
                                                     "tf_msemb.pipelines.encode?")
+
+
+def test_identical_vectors_in_other_shards_resolve_as_on_one_machine(tmp_path, beam_options):
+    """Two lines that tokenize alike get one vector; one machine ranks them by index, the pipeline by id."""
+    (x, src), (y, tgt) = _pools(seed=2, n_x=200, n_y=180, translated=150)
+    y[100:140] = y[60:100]  # 40 targets duplicated 40 rows later: another shard of 3 for most
+    mined, _ = _run(beam_options, _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 3),
+                    tmp_path / "m.tsv")
+    expected = {(src[i], tgt[j]): s for s, i, j in mining.mine(x, y, 4, "ratio", "max")}
+    assert mined.keys() == expected.keys()

@@ -24,9 +24,10 @@ selection), spread over workers:
 5. The texts joined onto the kept pairs, and one `score<TAB>src<TAB>tgt`
    line each, best first, in `--output`.
 
-Sentences are named by position, `shard * 2**32 + row`, inside the
-pipeline; every step is a function of its input, so a retried or rerun
-stage gives the same lines.
+Sentences are named by their encode ids (sentence `id` in shard
+`id % shards`), which follow the corpus' order: ties between identical
+vectors resolve by id, as one machine resolves them by index. Every step is
+a function of its input, so a retried or rerun stage gives the same lines.
 """
 
 if __name__ == "__main__":
@@ -52,34 +53,29 @@ from tf_msemb.pipelines.encode import shard_paths
 
 NAMESPACE = "tf_msemb.mine"
 INDEXES = ("exact", "ivf")
-ROW_BITS = 32
 SIDES = ("x", "y")
 
 
-def positions(shard, rows):
-    """Pipeline-wide names of rows of a shard (-1 stays -1: a neighbour an index left unfilled)."""
+def _other(side):
+    return "y" if side == "x" else "x"
+
+
+def _named(shard_ids, rows):
+    """The sentence ids of rows of a shard (-1, a neighbour an index left unfilled, stays -1)."""
     rows = np.asarray(rows, np.int64)
-    return np.where(rows < 0, -1, (np.int64(shard) << ROW_BITS) + rows)
-
-
-def shard_of(position):
-    return np.asarray(position, np.int64) >> ROW_BITS
-
-
-def row_of(position):
-    return np.asarray(position, np.int64) & ((1 << ROW_BITS) - 1)
+    return np.where(rows < 0, -1, shard_ids[np.maximum(rows, 0)] if len(shard_ids) else -1)
 
 
 class _Shards:
-    """The last few shards a worker loaded, as float32 vectors (blocks reuse them)."""
+    """The last few shards a worker loaded: `(ids, float32 vectors)` (blocks reuse them)."""
 
     def __init__(self, paths, keep=4):
         self.paths, self.keep, self.loaded = paths, keep, collections.OrderedDict()
 
     def __call__(self, shard):
         if shard not in self.loaded:
-            _, vectors, _ = read_shard(self.paths[shard])
-            self.loaded[shard] = np.ascontiguousarray(vectors, np.float32)
+            ids, vectors, _ = read_shard(self.paths[shard])
+            self.loaded[shard] = ids, np.ascontiguousarray(vectors, np.float32)
             if len(self.loaded) > self.keep:
                 self.loaded.popitem(last=False)
         self.loaded.move_to_end(shard)
@@ -87,7 +83,7 @@ class _Shards:
 
 
 class ExactBlock(beam.DoFn):
-    """`(x shard, y shard)` -> both directions' k-NN within the block, keyed `(side, shard)`."""
+    """`(x shard, y shard)` -> both directions' k-NN within the block, keyed `(side, shard)`, neighbours by id."""
 
     def __init__(self, x_paths, y_paths, k):
         self.x_paths, self.y_paths, self.k = x_paths, y_paths, k
@@ -97,13 +93,13 @@ class ExactBlock(beam.DoFn):
 
     def process(self, block):
         qs, ts = block
-        x, y = self.x(qs), self.y(ts)
+        (x_names, x), (y_names, y) = self.x(qs), self.y(ts)
         if not len(x) or not len(y):
             return
-        (x_sims, x_ids), (y_sims, y_ids) = search.exact_knn_both(x, y, self.k)
+        (x_sims, x_rows), (y_sims, y_rows) = search.exact_knn_both(x, y, self.k)
         Metrics.counter(NAMESPACE, "block_scores").inc(len(x) * len(y))
-        yield ("x", qs), (ts, x_sims, positions(ts, x_ids))
-        yield ("y", ts), (qs, y_sims, positions(qs, y_ids))
+        yield ("x", qs), (x_names, x_sims, _named(y_names, x_rows))
+        yield ("y", ts), (y_names, y_sims, _named(x_names, y_rows))
 
 
 class IvfColumn(beam.DoFn):
@@ -124,18 +120,18 @@ class IvfColumn(beam.DoFn):
         import faiss
 
         side, shard = column
-        pool = self.shards[side](shard)
-        other = "y" if side == "x" else "x"
+        pool_names, pool = self.shards[side](shard)
         if not len(pool):
             return
         index = faiss.deserialize_index(trained[side])
         index.add(pool)
+        other = _other(side)
         for query_shard in range(len(self.paths[other])):
-            queries = self.shards[other](query_shard)
+            names, queries = self.shards[other](query_shard)
             if len(queries):
-                sims, ids = search.search_index(index, queries, self.k, nprobe=self.nprobe)
+                sims, rows = search.search_index(index, queries, self.k, nprobe=self.nprobe)
                 Metrics.counter(NAMESPACE, "queries").inc(len(queries))
-                yield (other, query_shard), (shard, sims, positions(shard, ids))
+                yield (other, query_shard), (names, sims, _named(pool_names, rows))
 
 
 class TrainQuantizer(beam.DoFn):
@@ -154,30 +150,38 @@ class TrainQuantizer(beam.DoFn):
 
 
 def _merged(element, k):
-    """All blocks' lists of one `(side, shard)` -> its k-NN `(sims, positions)`, blocks merged in shard order."""
+    """All blocks' lists of one `(side, shard)` -> `(ids, sims, neighbour ids)`, its sentences' k-NN.
+
+    Equal cosines rank by neighbour id (one machine ranks them by index,
+    the same order: ids follow the corpus' order), so ties among identical
+    vectors resolve as they do there.
+    """
     key, parts = element
-    parts = sorted(parts, key=lambda part: part[0])
-    sims, ids = parts[0][1], parts[0][2]
-    for _, more_sims, more_ids in parts[1:]:
-        sims, ids = search.merge_top_k(sims, ids, more_sims, more_ids, k)
-    return key, (sims, ids)
+    names = parts[0][0]
+    sims = np.concatenate([part[1] for part in parts], axis=1)
+    neighbours = np.concatenate([part[2] for part in parts], axis=1)
+    order = np.lexsort((neighbours, -sims), axis=1)[:, :k]  # NaN (unfilled) last
+    return key, (names, np.take_along_axis(sims, order, axis=1), np.take_along_axis(neighbours, order, axis=1))
 
 
-def _requests(element):
-    """A shard's k-NN -> for each shard of the other side, the rows of it this shard needs the means of."""
-    (side, shard), (_, ids) = element
-    other = "y" if side == "x" else "x"
-    named = ids[ids >= 0]
-    for other_shard in np.unique(shard_of(named)):
-        yield (other, int(other_shard)), (side, shard, np.unique(row_of(named[shard_of(named) == other_shard])))
+def _requests(element, num_shards):
+    """A shard's k-NN -> for each shard of the other side, the ids there whose means this shard needs.
+
+    Sentence `id` lives in shard `id % num_shards` (the encode pipeline's rule).
+    """
+    (side, shard), (_, _, neighbours) = element
+    other = _other(side)
+    named = neighbours[neighbours >= 0]
+    for other_shard in np.unique(named % num_shards[other]):
+        yield (other, int(other_shard)), (side, shard, np.unique(named[named % num_shards[other] == other_shard]))
 
 
 def _answers(element):
-    """A shard's means and the requests for them -> `((side, shard), (this shard, rows, means))` replies."""
-    (_, shard), grouped = element
-    means = next(iter(grouped["means"]))
-    for side, requester, rows in grouped["requests"]:
-        yield (side, requester), (shard, rows, means[rows])
+    """A shard's means and the requests for them -> `((side, shard), (ids, means))` replies."""
+    _, grouped = element
+    names, means = next(iter(grouped["means"]))
+    for side, requester, wanted in grouped["requests"]:
+        yield (side, requester), (wanted, means[np.searchsorted(names, wanted)])
 
 
 class Candidates(beam.DoFn):
@@ -194,17 +198,20 @@ class Candidates(beam.DoFn):
         self.backward_threshold = -np.inf if selection == "intersect" else self.threshold
 
     def process(self, element):
-        (side, shard), grouped = element
-        sims, ids = next(iter(grouped["knn"]))
-        means = next(iter(grouped["means"]))
-        neighbour_means = np.full(ids.shape, np.nan)
-        for other_shard, rows, values in grouped["answers"]:
-            here = (ids >= 0) & (shard_of(ids) == other_shard)
-            neighbour_means[here] = values[np.searchsorted(rows, row_of(ids[here]))]
-        scores, chosen = mining.best_candidates(sims, ids, means, neighbour_means, self.margin, self.pick)
+        (side, _), grouped = element
+        names, sims, neighbours = next(iter(grouped["knn"]))
+        _, means = next(iter(grouped["means"]))
+        answers = list(grouped["answers"])
+        known = np.concatenate([wanted for wanted, _ in answers]) if answers else np.zeros(0, np.int64)
+        values = np.concatenate([value for _, value in answers]) if answers else np.zeros(0)
+        order = np.argsort(known)
+        known, values = known[order], values[order]
+        neighbour_means = np.full(neighbours.shape, np.nan)
+        filled = neighbours >= 0
+        neighbour_means[filled] = values[np.searchsorted(known, neighbours[filled])]
+        scores, chosen = mining.best_candidates(sims, neighbours, means, neighbour_means, self.margin, self.pick)
         kept = np.isfinite(scores) & (scores >= (self.threshold if side == "x" else self.backward_threshold))
-        own = positions(shard, np.arange(len(sims)))
-        for score, query, candidate in zip(scores[kept], own[kept], chosen[kept]):
+        for score, query, candidate in zip(scores[kept], names[kept], chosen[kept]):
             pair = (int(query), int(candidate)) if side == "x" else (int(candidate), int(query))
             yield beam.pvalue.TaggedOutput(side, (float(score), *pair))
 
@@ -216,16 +223,16 @@ def _select(forward, backward, selection, threshold):
 
 
 class AttachTexts(beam.DoFn):
-    """`(shard, pairs)` -> each pair with the text of its sentence in that shard (`side`'s) appended."""
+    """`(shard, pairs)` -> each pair with the text of its `side`'s sentence (in that shard) appended."""
 
     def __init__(self, paths, side):
         self.paths, self.side = paths, side
 
     def process(self, element):
         shard, pairs = element
-        _, _, texts = read_shard(self.paths[shard])
+        names, _, texts = read_shard(self.paths[shard])
         for pair in pairs:
-            yield *pair, texts[int(row_of(pair[1 if self.side == "x" else 2]))]
+            yield *pair, texts[int(np.searchsorted(names, pair[1 if self.side == "x" else 2]))]
 
 
 def _write_lines(pairs, output):
@@ -283,8 +290,9 @@ class MineBitext(beam.PTransform):
                | "BySentenceShard" >> beam.GroupByKey()
                | "TopK" >> beam.Map(_merged, self.k))
         _ = knn | StageDone("knn", "shards")
-        means = knn | "Means" >> beam.MapTuple(lambda key, result: (key, mining.filled_mean(result[0])))
-        answers = ({"means": means, "requests": knn | "Requests" >> beam.FlatMap(_requests)}
+        means = knn | "Means" >> beam.MapTuple(lambda key, knn: (key, (knn[0], mining.filled_mean(knn[1]))))
+        num_shards = {side: len(paths) for side, paths in self.paths.items()}
+        answers = ({"means": means, "requests": knn | "Requests" >> beam.FlatMap(_requests, num_shards)}
                    | "ByNeighbourShard" >> beam.CoGroupByKey()
                    | "Answers" >> beam.FlatMap(_answers))
         candidates = ({"knn": knn, "means": means, "answers": answers}
@@ -298,9 +306,11 @@ class MineBitext(beam.PTransform):
                                            self.threshold))
         _ = chosen | StageDone("select", "pairs")
         lines = (chosen
-                 | "BySource" >> beam.GroupBy(lambda pair: int(shard_of(pair[1])))
+                 | "SourceShard" >> beam.Map(lambda pair, n: (pair[1] % n, pair), len(self.paths["x"]))
+                 | "BySource" >> beam.GroupByKey()
                  | "SourceText" >> beam.ParDo(AttachTexts(self.paths["x"], "x"))
-                 | "ByTarget" >> beam.GroupBy(lambda pair: int(shard_of(pair[2])))
+                 | "TargetShard" >> beam.Map(lambda pair, n: (pair[2] % n, pair), len(self.paths["y"]))
+                 | "ByTarget" >> beam.GroupByKey()
                  | "TargetText" >> beam.ParDo(AttachTexts(self.paths["y"], "y")))
         return (lines
                 | "All" >> beam.combiners.ToList()
