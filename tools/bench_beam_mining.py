@@ -37,6 +37,7 @@ flags.DEFINE_integer("k", 4, "Neighbours per direction.")
 flags.DEFINE_integer("nlist", None, "IVF cells (both sides; default about 4 sqrt(n)).")
 flags.DEFINE_integer("nprobe", 16, "IVF cells probed per query.")
 flags.DEFINE_integer("sample", 100_000, "Vectors per side the Beam IVF cells are trained on.")
+flags.DEFINE_bool("one_machine", True, "Run the one-machine row; false: compare with the one a previous run wrote.")
 flags.DEFINE_string("work_dir", "runs/bench_beam_mining", "Where pools and mined pairs are written.")
 flags.DEFINE_string("child", "", "Internal: `one` or `beam:<workers>` runs one row and prints JSON.")
 flags.DEFINE_integer("child_size", 0, "Internal: the pool size of the child row.")
@@ -124,6 +125,11 @@ def run_beam(n, workers, output):
             "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
+def _output(n, child):
+    """Where a row writes its mined pairs."""
+    return os.path.join(os.path.dirname(_pool_dirs(n)[0]), f"{child.replace(':', '')}.{FLAGS.index}.tsv")
+
+
 def _read(path):
     pairs = {}
     with open(path) as f:
@@ -137,14 +143,15 @@ def main(argv):
     del argv
     if FLAGS.child:
         n = FLAGS.child_size
-        output = os.path.join(os.path.dirname(_pool_dirs(n)[0]), f"{FLAGS.child.replace(':', '')}.{FLAGS.index}.tsv")
+        output = _output(n, FLAGS.child)
         if FLAGS.child == "one":
             result = run_one_machine(n, output)
         else:
             result = run_beam(n, int(FLAGS.child.split(":")[1]), output)
         print(json.dumps(dict(result, output=output)))
         return
-    own = [a for a in sys.argv[1:] if not a.startswith(("--size", "--workers", "--child"))]
+    own = [a for a in sys.argv[1:] if not a.startswith(("--size", "--workers", "--child", "--one_machine",
+                                                         "--noone_machine"))]
     print("| size | run | wall s | sentences/s | launcher RSS MiB | largest worker RSS MiB | pairs | shared with "
           "one machine | only one side | max score diff | planted found |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -152,8 +159,9 @@ def main(argv):
         write_pools(n)
         with open(os.path.join(os.path.dirname(_pool_dirs(n)[0]), "planted.json")) as f:
             planted = {(src, tgt) for tgt, src in json.load(f).items()}
-        rows = [("one machine", "one")] + [(f"beam, {w} worker{'s' * (w > 1)}", f"beam:{w}") for w in FLAGS.workers]
-        reference = None
+        rows = [("one machine", "one")] * FLAGS.one_machine + [(f"beam, {w} worker{'s' * (w > 1)}", f"beam:{w}")
+                                                               for w in FLAGS.workers]
+        reference = None if FLAGS.one_machine else _read(_output(n, "one"))
         for label, child in rows:
             done = subprocess.run([sys.executable, __file__, *own, f"--child={child}", f"--child_size={n}"],
                                   capture_output=True, text=True)
