@@ -23,7 +23,7 @@ def test_loss_falls_on_real_pairs(tokenizer, quickstart_records):
     model = _model(tokenizer.vocabulary_size, keras.optimizers.Adam(3e-3))
     data = iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48))
     step = tf.function(model.train_step, reduce_retracing=True)
-    losses = [float(step(next(data))["loss"]) for _ in range(60)]
+    losses = [float(step(next(data))["loss"]) for _ in range(100)]  # running means of the loss
     assert np.mean(losses[-10:]) < 0.6 * np.mean(losses[:5])
     assert float(step(next(data))["accuracy"]) > 0.3
 
