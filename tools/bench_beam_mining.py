@@ -1,7 +1,7 @@
 """Mining on one machine against the Beam pipeline on 1 and 2 workers: wall time, sentences/s, peak RSS.
 
     python tools/bench_beam_mining.py --size=100000 --index=exact --workers=1 --workers=2
-    python tools/bench_beam_mining.py --size=1000000 --index=ivf --nlist=4000 --sample=160000
+    python tools/bench_beam_mining.py --size=1000000 --index=ivf --nlist=2000 --nprobe=8 --sample=80000
 
 Two pools of `--size` float16 vectors (`--dim`; half of the targets are
 noisy copies of sources, the rest random) are written as encode-pipeline

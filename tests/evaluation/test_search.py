@@ -1,5 +1,6 @@
 import functools
 
+import faiss
 import numpy as np
 import pytest
 
@@ -185,3 +186,27 @@ def test_knn_both_runs_other_indexes_one_way_at_a_time():
         search.knn_both(x, y, 3, "flat", matmul_dtype="bfloat16")
     with pytest.raises(ValueError, match="Unknown matmul dtype 'float16'"):
         search.exact_knn_both(x, y, 3, matmul_dtype="float16")
+
+
+def test_shards_searched_with_probed_cells_find_what_one_index_finds():
+    """Cells probed once per query, reused on each pool shard's copy of the trained index, then merged by top-k."""
+    pool, queries = _unit_rows(3000, 16, 9), _unit_rows(300, 16, 10)
+    trained = search.trained_ivf(pool[:1200], len(pool), nlist=30)
+    whole = faiss.clone_index(trained)
+    whole.add(pool)
+    expected = search.search_index(whole, queries, 5, nprobe=3)
+    cells = search.probed_cells(trained, queries, nprobe=3)
+    sims, ids = np.full((300, 0), np.nan, np.float32), np.zeros((300, 0), np.int64)
+    for rows in np.array_split(np.arange(len(pool)), 4):
+        shard = faiss.clone_index(trained)
+        shard.add(pool[rows])
+        shard_sims, shard_ids = search.search_probed(shard, queries, 5, cells)
+        sims, ids = search.merge_top_k(sims, ids, shard_sims, np.where(shard_ids < 0, -1, rows[shard_ids]), 5)
+    np.testing.assert_array_equal(ids, expected[1])
+    np.testing.assert_allclose(sims, expected[0], atol=1e-6)
+    # Cells probed by another quantizer (the other pool's, say) are not these: the neighbours differ.
+    other = search.trained_ivf(_unit_rows(1200, 16, 11), len(pool), nlist=30)
+    shard = faiss.clone_index(trained)
+    shard.add(pool)
+    assert not np.array_equal(search.search_probed(shard, queries, 5, search.probed_cells(other, queries, 3))[1],
+                              expected[1])

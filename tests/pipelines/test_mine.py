@@ -10,6 +10,7 @@ import pytest
 
 from tests.pipelines.conftest import WORKER_ARGS
 from tf_msemb.evaluation import mining
+from tf_msemb.evaluation import search
 from tf_msemb.pipelines import encode
 from tf_msemb.pipelines.mine import MineBitext
 
@@ -96,6 +97,29 @@ def test_ivf_probing_every_cell_is_exact_and_few_cells_keep_most_pairs(tmp_path,
     assert all(every[pair] == pytest.approx(score, abs=1e-5) for pair, score in expected.items())
     few, _ = _run(beam_options, src_dir, tgt_dir, tmp_path / "few.tsv", index="ivf", nlist=8, nprobe=2)
     assert few != every and len(few.keys() & expected.keys()) >= 0.6 * len(expected)
+
+
+def _one_machine_ivf(x, y, num_shards, nlist, nprobe):
+    """One machine's IVF mining with the pipeline's cells: each side's trained on all its vectors in shard order."""
+    def knn(queries, pool, shards):
+        index = search.trained_ivf(np.concatenate([pool[s::shards] for s in range(shards)]), len(pool), nlist)
+        index.add(pool)
+        return search.search_index(index, queries, 4, nprobe=nprobe)
+
+    return mining.select(*mining.candidates_from_knn(knn(x, y, num_shards[1]), knn(y, x, num_shards[0])), "max")
+
+
+def test_ivf_with_few_cells_mines_what_one_index_with_the_same_cells_mines(tmp_path, beam_options):
+    """Each query's cells are probed once, in the other side's quantizer, and serve every pool shard."""
+    (x, src), (y, tgt) = _pools(seed=2)
+    src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 3)
+    output = tmp_path / "few.tsv"
+    mined, _ = _run(beam_options, src_dir, tgt_dir, output, index="ivf", nlist=8, nprobe=2, sample=len(x))
+    expected = {(src[i], tgt[j]): s for s, i, j in _one_machine_ivf(x, y, (2, 3), nlist=8, nprobe=2)}
+    assert expected.keys() != {(src[i], tgt[j]) for _, i, j in mining.mine(x, y, 4, "ratio", "max")}
+    assert mined.keys() == expected.keys()
+    assert all(mined[pair] == pytest.approx(score, abs=1e-5) for pair, score in expected.items())
+    assert not os.path.exists(f"{output}.cells")
 
 
 def test_the_command_line_prints_a_line_per_stage_and_one_error_line(tmp_path):

@@ -9,12 +9,14 @@ name fixed by its key, and a rerun overwrites instead of appending.
 
 import gzip
 import hashlib
+import io
 import logging
 import re
 import uuid
 import zlib
 
 import apache_beam as beam
+import numpy as np
 import tensorflow as tf
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import DirectOptions
@@ -42,6 +44,24 @@ def write_atomically(path, write):
     finally:
         if tf.io.gfile.exists(partial):
             tf.io.gfile.remove(partial)
+
+
+def write_npz_atomically(path, **arrays):
+    """`np.savez` of `arrays` to `path` (any TensorFlow file system), whole or not at all."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+
+    def write(partial):
+        with tf.io.gfile.GFile(partial, "wb") as f:
+            f.write(buffer.getvalue())
+
+    write_atomically(path, write)
+
+
+def read_npz(path):
+    """The arrays `write_npz_atomically` wrote to `path`, as a dict."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return dict(np.load(io.BytesIO(f.read())))
 
 
 def match_files(pattern):

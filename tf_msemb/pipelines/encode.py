@@ -21,7 +21,6 @@ batch `RunInference` hands it is encoded in sub-batches of similar length.
 if __name__ == "__main__":
     from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-import io
 import json
 import os
 
@@ -42,7 +41,9 @@ from tf_msemb.pipelines.beam_io import StageDone
 from tf_msemb.pipelines.beam_io import WriteDeadLetters
 from tf_msemb.pipelines.beam_io import match_files
 from tf_msemb.pipelines.beam_io import run_transform
+from tf_msemb.pipelines.beam_io import read_npz
 from tf_msemb.pipelines.beam_io import write_atomically
+from tf_msemb.pipelines.beam_io import write_npz_atomically
 from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.encode"
@@ -62,15 +63,8 @@ def shard_name(shard, num_shards):
 
 def write_shard(path, ids, vectors, texts):
     """Writes one shard (`read_shard`'s format) whole under a temporary name, then renames it to `path`."""
-    buffer = io.BytesIO()
-    np.savez(buffer, ids=np.asarray(ids, np.int64), vectors=vectors,
-             texts=np.frombuffer("\n".join(texts).encode("utf-8"), np.uint8))
-
-    def write(partial):
-        with tf.io.gfile.GFile(partial, "wb") as f:
-            f.write(buffer.getvalue())
-
-    write_atomically(path, write)
+    write_npz_atomically(path, ids=np.asarray(ids, np.int64), vectors=vectors,
+                         texts=np.frombuffer("\n".join(texts).encode("utf-8"), np.uint8))
 
 
 def write_manifest(directory, manifest):
@@ -86,10 +80,9 @@ def write_manifest(directory, manifest):
 def read_shard(path):
     """`(ids [n] int64, vectors [n, d], texts)` of one encoded shard."""
     try:
-        with tf.io.gfile.GFile(path, "rb") as f:
-            arrays = np.load(io.BytesIO(f.read()))
-            texts = arrays["texts"].tobytes().decode("utf-8").split("\n") if len(arrays["ids"]) else []
-            return arrays["ids"], arrays["vectors"], texts
+        arrays = read_npz(path)
+        texts = arrays["texts"].tobytes().decode("utf-8").split("\n") if len(arrays["ids"]) else []
+        return arrays["ids"], arrays["vectors"], texts
     except (OSError, ValueError, KeyError, tf.errors.OpError) as e:
         raise CorpusError(f"Cannot read the vector shard {path}: {getattr(e, 'message', None) or e}") from None
 
