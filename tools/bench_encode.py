@@ -50,6 +50,7 @@ import numpy as np
 from absl import flags
 
 import traffic
+from traffic import benchmark_sentences
 from child_process import run_json
 from peer import BACKENDS
 from peer import missing_note
@@ -83,16 +84,6 @@ flags.DEFINE_string("vectors", None, "Internal: where the child saves its vector
 flags.DEFINE_enum("child", None, MEASURES, "Internal: run this measurement of --model in this process, print JSON.")
 flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
-
-
-def benchmark_sentences(inputs, limit, max_words):
-    """The sentences to encode: up to `limit` lines of each input, each cut to `max_words` words."""
-    from tf_msemb.text_files import read_lines
-    from tf_msemb.quickstart import CORPUS_DIR
-
-    inputs = inputs or [os.path.join(CORPUS_DIR, f"{split}.en.txt") for split in ("train", "heldout")]
-    sentences = [line for path in inputs for line in read_lines(path)[:limit]]
-    return [" ".join(s.split()[:max_words]) if max_words else s for s in sentences]
 
 
 def run_child(mode):

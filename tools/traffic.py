@@ -7,6 +7,7 @@ Both draw their sentences with a fixed seed, so both sides get the same
 requests in the same order.
 """
 
+import os
 import resource
 import time
 
@@ -17,6 +18,16 @@ SEED = 20261124
 
 def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def benchmark_sentences(inputs, limit, max_words):
+    """The sentences to encode: up to `limit` lines of each input, each cut to `max_words` words."""
+    from tf_msemb.quickstart import CORPUS_DIR  # ours only: the peer side never calls this
+    from tf_msemb.text_files import read_lines
+
+    inputs = inputs or [os.path.join(CORPUS_DIR, f"{split}.en.txt") for split in ("train", "heldout")]
+    sentences = [line for path in inputs for line in read_lines(path)[:limit]]
+    return [" ".join(s.split()[:max_words]) if max_words else s for s in sentences]
 
 
 def requests(sentences, count, low, high, seed=SEED):
