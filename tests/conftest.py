@@ -91,3 +91,15 @@ def two_device_strategy():
     """One strategy per process: separate MirroredStrategy objects reuse
     collective instance keys and abort each other's all-gathers."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(scope="session")
+def export(tokenizer, tmp_path_factory):
+    """A tiny random encoder's float32 export (the default packed path), 16 dims."""
+    from tf_msemb.export.saved_model import export_saved_model
+    from tf_msemb.models.encoder import SentenceEncoder
+
+    tf.keras.utils.set_random_seed(3)
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
+                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
+    return export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "model"))

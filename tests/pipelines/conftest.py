@@ -9,7 +9,6 @@ workers cannot import `tests/`.
 import sys
 
 import pytest
-import tensorflow as tf
 from apache_beam.internal import cloudpickle_pickler
 
 from tf_msemb.pipelines.beam_io import pipeline_options
@@ -26,15 +25,3 @@ def beam_options():
 def ship_by_value(module_name):
     """Lets workers unpickle what `module_name` (a test module) defines."""
     cloudpickle_pickler.cloudpickle.register_pickle_by_value(sys.modules[module_name])
-
-
-@pytest.fixture(scope="session")
-def export(tokenizer, tmp_path_factory):
-    """A tiny random encoder's float32 export (the default packed path), 16 dims."""
-    from tf_msemb.export.saved_model import export_saved_model
-    from tf_msemb.models.encoder import SentenceEncoder
-
-    tf.keras.utils.set_random_seed(3)
-    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
-                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
-    return export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "model"))

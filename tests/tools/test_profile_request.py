@@ -1,23 +1,11 @@
 import re
 
 import pytest
-import tensorflow as tf
 
 from conftest import REPO
 from conftest import run
 
 pytestmark = pytest.mark.slow  # a profiling tool's report: about 30 s
-
-
-@pytest.fixture(scope="module")
-def tiny_export(tokenizer, tmp_path_factory):
-    from tf_msemb.export.saved_model import export_saved_model
-    from tf_msemb.models.encoder import SentenceEncoder
-
-    tf.keras.utils.set_random_seed(4)
-    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
-                              intermediate_dim=32, max_sequence_length=tokenizer.max_length)
-    return export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "model"))
 
 
 def _rows(out, title):
@@ -26,8 +14,8 @@ def _rows(out, title):
                                                                   flags=re.M)}
 
 
-def test_stages_and_op_types_of_one_request_add_up(tiny_export, tmp_path):
-    out = run([f"{REPO}/tools/profile_request.py", f"--model={tiny_export}", "--requests=5", "--top=100"], tmp_path)
+def test_stages_and_op_types_of_one_request_add_up(export, tmp_path):
+    out = run([f"{REPO}/tools/profile_request.py", f"--model={export}", "--requests=5", "--top=100"], tmp_path)
     summary = re.search(r"untraced p50 ([\d.]+) ms; traced: span ([\d.]+) ms, op time ([\d.]+) ms, (\d+) ops", out)
     assert summary, out
     p50, span, op_time, ops = (float(g) for g in summary.groups())
