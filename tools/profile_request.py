@@ -36,6 +36,7 @@ import tensorflow as tf
 from absl import flags
 
 import traffic
+from serving_session import serving_session
 from traffic import benchmark_sentences
 
 flags.DEFINE_string("model", None, "Export directory (a raw-string SavedModel).")
@@ -126,17 +127,9 @@ def main(argv):
     set_threads(FLAGS.intra_op_threads)
     import tensorflow_text  # noqa: F401 -- registers the export's tokenizer ops
 
-    tf.get_logger().setLevel("ERROR")  # the v1 loader's deprecation notice: it is TF Serving's loader, on purpose
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, 0)
     stream = traffic.requests(sentences, 10 + 2 * FLAGS.requests, FLAGS.batch_size, FLAGS.batch_size)
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], FLAGS.model).signature_def[
-            "serving_default"]
-        (inputs,), (outputs,) = signature.inputs.values(), signature.outputs.values()
-
-        def run(request, options=None, metadata=None):
-            return session.run(outputs.name, {inputs.name: request}, options=options, run_metadata=metadata)
-
+    with serving_session(FLAGS.model) as run:
         for request in stream[:10]:
             run(request)
         seconds = []

@@ -4,7 +4,8 @@
 requests of random sizes and reads the peak RSS after the first few and after
 all of them, the growth a server sees when every request has another shape.
 Both draw their sentences with a fixed seed, so both sides get the same
-requests in the same order.
+requests in the same order. `batching_settings` turns a latency curve by
+batch size into TF Serving's batching limits (`bench_batching.py`).
 """
 
 import os
@@ -63,3 +64,18 @@ def varied_traffic(embed, sentences, count=1000, first=10, low=1, high=64):
     seconds = time.perf_counter() - start
     return {"requests": count, "rss_after_first_mib": after_first, "rss_after_all_mib": peak_rss_mib(),
             "traffic_sentences_per_second": sum(map(len, stream[first:])) / seconds}
+
+
+def batching_settings(curve, throughput_share):
+    """`max_batch_size` and `batch_timeout_micros` from `{size: {"p50_ms": ...}}`.
+
+    - `max_batch_size`: the smallest batch whose sentences/s reach `throughput_share` of the best measured;
+      larger batches add latency for every request in them and little throughput.
+    - `batch_timeout_micros`: a single sentence's p50. A lone request then waits at most as long as it takes to
+      encode, so its latency at most doubles, while requests that arrive meanwhile share its batch for
+      much less than their own batches would cost.
+    """
+    rates = {size: size / point["p50_ms"] for size, point in curve.items()}
+    best = max(rates.values())
+    size = min(size for size, rate in rates.items() if rate >= throughput_share * best)
+    return {"max_batch_size": size, "batch_timeout_micros": round(curve[min(curve)]["p50_ms"] * 1000, -2)}

@@ -36,6 +36,7 @@ def session(path):
         signature = meta_graph.signature_def["serving_default"]
         inputs, outputs = signature.inputs["inputs"].name, signature.outputs["outputs"].name
         vectors = sess.run(outputs, {inputs: SENTENCES})
+        singles = np.concatenate([sess.run(outputs, {inputs: [sentence]}) for sentence in SENTENCES])
         warmup, ops_run = [], []
         for request in requests:
             metadata = tf.compat.v1.RunMetadata()
@@ -45,7 +46,7 @@ def session(path):
             # A node's timeline label reads "name = OpType(inputs)".
             ops_run.append({node.timeline_label.split(" = ")[-1].split("(")[0]
                             for device in metadata.step_stats.dev_stats for node in device.node_stats})
-    return {"vectors": vectors, "expected": expected, "warmup_sizes": [len(w) for w in warmup],
+    return {"vectors": vectors, "singles": singles, "expected": expected, "warmup_sizes": [len(w) for w in warmup],
             "warmup_norms": np.concatenate([np.linalg.norm(w, axis=1) for w in warmup]),
             "first_request_ops": np.array(sorted(ops_run[0])), "last_request_ops": np.array(sorted(ops_run[-1]))}
 
@@ -64,6 +65,14 @@ def gradients(path):
         for i, g in enumerate(grads):
             if g is not None:
                 result[f"grad_{training}_{i}"] = tf.convert_to_tensor(g).numpy()
+    # One sentence alone (a packed export's single-sentence branch).
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(texts[:1], training=False) * projection[:1])
+    grads = tape.gradient(loss, model.trainable_variables)
+    result["missing_single"] = np.array([g is None for g in grads])
+    for i, g in enumerate(grads):
+        if g is not None:
+            result[f"grad_single_{i}"] = tf.convert_to_tensor(g).numpy()
     result["call"] = model(texts, training=False).numpy()
     result["expected"] = served(path)
     return result

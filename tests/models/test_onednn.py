@@ -1,4 +1,5 @@
-"""oneDNN ops without a Python wrapper: the layer norm against NumPy, and where it may be called."""
+"""oneDNN ops without a Python wrapper: the layer norm against NumPy, quantization against its formula, and where
+they may be called."""
 
 import numpy as np
 import pytest
@@ -29,3 +30,25 @@ def test_layer_norm_equals_numpy():
 def test_eager_calls_name_the_op():
     with pytest.raises(RuntimeError, match="_MklLayerNorm is added to a traced graph"):
         onednn.layer_norm(tf.ones([2, 4]), tf.ones([4]), tf.zeros([4]), 1e-6)
+
+
+def test_quantize_rounds_min_first_exactly_in_a_graph_and_in_an_unlowered_branch():
+    """`round((clip(x) - low) * 255 / (high - low))` wherever it runs. TensorFlow's plain `QuantizeV2`, which a
+    function outside its graph rewrite (an unlowered branch) runs, is a step off for some of these values."""
+    from tf_msemb.models.control_flow import unlowered_cond
+
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(16, 512)) * 3).astype(np.float32)
+    low, high = -0.17, 6.3
+    want = np.round((np.clip(x.astype(np.float64), low, high) - low) * 255 / (high - low))
+
+    def quantized(x):
+        return tf.cast(onednn.quantize(x, low, high), tf.int32)
+
+    try:
+        in_graph = tf.function(quantized)(x).numpy()
+    except tf.errors.OpError as error:
+        pytest.skip(f"no oneDNN quantize in this TensorFlow: {error.message.splitlines()[0]}")
+    in_branch = tf.function(lambda x: unlowered_cond(tf.size(x) > 0, lambda: quantized(x), lambda: quantized(-x)))(x)
+    np.testing.assert_array_equal(in_graph, want)
+    np.testing.assert_array_equal(in_branch.numpy(), want)

@@ -219,3 +219,50 @@ def test_embedding_weights_packing_would_not_read_are_a_reason(tokenizer, monkey
     monkeypatch.setattr(packed_backbone, "read_backbone",
                         lambda backbone: read_backbone(backbone) | {"segment_table": None, "constant_row": None})
     assert "packing would not read" in packed_support(encoder) and "segment_embedding" in packed_support(encoder)
+
+
+_RAGGED_IDS = tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)
+
+
+@pytest.mark.parametrize("kind", ["mean", "max", "first", "bert", "projected"])
+def test_a_single_sentence_gets_the_batch_path_s_vector(tokenizer, kind):
+    """Every pooling, BERT's segment row, a projection; lengths from 2 tokens (an empty text) to the limit."""
+    encoder = {"mean": lambda: _sentence_encoder(tokenizer),
+               "max": lambda: _sentence_encoder(tokenizer, pooling="max", activation="relu"),
+               "first": lambda: _sentence_encoder(tokenizer, pooling="first", normalize=True),
+               "bert": lambda: _bert_encoder(tokenizer, normalize=True),
+               "projected": lambda: ensure_built(ProjectedEncoder(_sentence_encoder(tokenizer), 24))}[kind]()
+    packed = PackedEncoder(encoder)
+    encode = tf.function(packed, input_signature=[_RAGGED_IDS])
+    for text in TEXTS:
+        ids = tokenizer.tokenize(tf.constant([text]))
+        want = encoder(tokenizer.pad(ids)).numpy()
+        np.testing.assert_allclose(encode(ids).numpy(), want, atol=1e-5)
+        np.testing.assert_allclose(packed(ids).numpy(), want, atol=1e-5)
+
+
+def _if_ops(concrete):
+    return [op for op in concrete.graph.get_operations() if op.type in ("If", "StatelessIf")]
+
+
+def test_a_single_sentence_and_only_it_takes_its_own_branch_unlowered(tokenizer, monkeypatch):
+    """A branch that doubles its states shows which one ran: batches of one, traced and eager, and no other size.
+    The `If` is kept as a function call, so the other branch's ops are never visited."""
+    encoder = _sentence_encoder(tokenizer)
+    encode_one = packed_backbone.PackedBackbone.encode_one
+
+    def doubled(self, tokens):
+        return 2 * encode_one(self, tokens)
+
+    monkeypatch.setattr(packed_backbone.PackedBackbone, "encode_one", doubled)
+    packed = PackedEncoder(encoder)
+    encode = tf.function(packed, input_signature=[_RAGGED_IDS])
+    for texts in (TEXTS[2:3], TEXTS[:2], TEXTS):
+        ids = tokenizer.tokenize(tf.constant(texts))
+        want = encoder(tokenizer.pad(ids)).numpy() * (2 if len(texts) == 1 else 1)
+        np.testing.assert_allclose(encode(ids).numpy(), want, atol=1e-5)
+        np.testing.assert_allclose(packed(ids).numpy(), want, atol=1e-5)
+    (branch,) = _if_ops(encode.get_concrete_function())
+    assert branch.get_attr("_lower_using_switch_merge") is False
+    plain = tf.function(PackedEncoder(encoder, single_sentence=False), input_signature=[_RAGGED_IDS])
+    assert all(op.get_attr("_lower_using_switch_merge") for op in _if_ops(plain.get_concrete_function()))

@@ -187,6 +187,11 @@ def test_the_int8_export_of_minilm_stays_within_cosine_0_99_of_float32(tmp_path)
     cosines = (got * want).sum(axis=1)
     assert cosines.min() >= 0.99, cosines.min()
     assert cosines.min() < 0.99999  # the matmuls did run in int8
+    # Each sentence alone takes the single-sentence branch, in int8 too.
+    serve = loaded.signatures["serving_default"]
+    singles = np.concatenate([serve(inputs=tf.constant([sentence]))["outputs"].numpy() for sentence in sentences])
+    single_cosines = (singles * want).sum(axis=1)
+    assert single_cosines.min() >= 0.99, single_cosines.min()
     metadata = json.loads((tmp_path / "int8" / "tf_msemb_export.json").read_text())
     assert metadata["compute_precision"] == "int8"
     assert metadata["int8_calibration"]["sentences"] == 100

@@ -249,7 +249,8 @@ def internal_ops(path):
 
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
-                    inference="padded", selection=None, calibration=None, streams=None, required_ops=()):
+                    inference="padded", selection=None, calibration=None, streams=None, required_ops=(),
+                    single_sentence=None):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`.
 
     `required_ops`: the ops the graph needs beyond stock TensorFlow and
@@ -273,6 +274,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "int8_calibration": calibration,
         "inference": inference,
         "packed_streams": streams,
+        "packed_single_sentence": single_sentence,
         "length_sorted_sub_batch": sub_batch_size or None,
         "tokenizer": {
             "class": type(tokenizer).__name__,
@@ -290,7 +292,7 @@ def _calibration_batches(tokenizer, path, count, batch_size=64):
             for start in range(0, len(sentences), batch_size)]
 
 
-def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, smoothing, streams):
+def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, smoothing, streams, single_sentence):
     """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file`."""
     unsupported = int8_support()
     if unsupported:
@@ -303,21 +305,24 @@ def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, sm
     if reason:
         raise ValueError(f"precision 'int8' runs packed only, and this encoder cannot be packed: {reason}.")
     batches = _calibration_batches(tokenizer, calibration_file, calibration_sentences)
-    return PackedEncoder(encoder, "int8", calibration=batches, smoothing=smoothing, streams=streams)
+    return PackedEncoder(encoder, "int8", calibration=batches, smoothing=smoothing, streams=streams,
+                         single_sentence=single_sentence)
 
 
-def _packed(encoder, precision, streams):
+def _packed(encoder, precision, streams, single_sentence):
     """A `PackedEncoder` of `encoder` computing in `precision`'s compute dtype, or None (logged) when unsupported."""
     reason = packed_support(encoder)
     if reason:
         logging.warning("Inference runs on padded batches: %s.", reason)
         return None
-    return PackedEncoder(encoder, keras.DTypePolicy(precision).compute_dtype, streams=streams)
+    return PackedEncoder(encoder, keras.DTypePolicy(precision).compute_dtype, streams=streams,
+                         single_sentence=single_sentence)
 
 
 @gin.configurable(denylist=["tokenizer", "encoder"])
 def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True, calibration_file=None,
-                     calibration_sentences=300, smoothing=DEFAULT_SMOOTHING, streams=INFERENCE_STREAMS):
+                     calibration_sentences=300, smoothing=DEFAULT_SMOOTHING, streams=INFERENCE_STREAMS,
+                     single_sentence=True):
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
@@ -342,6 +347,10 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     anything is built. `streams`: side-by-side sub-batches of a packed export
     (`PackedEncoder.streams`, exact); serve it with TensorFlow's intra-op
     threads at cores / streams (README, "Serving threads").
+    `single_sentence`: a packed export encodes a request of one sentence on
+    a branch of its own with a fraction of the ops
+    (`PackedEncoder.single_sentence`; float32 within 1e-5 of the batch
+    path, attention in float32 below it).
     The module's `precision` attribute names the compute precision,
     `calibration` the int8 settings.
     """
@@ -350,10 +359,10 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
             raise ValueError("precision 'int8' runs packed only: drop packed=False.")
         computing = ensure_built(encoder)
         packed_encoder = _int8_packed(tokenizer, computing, calibration_file, calibration_sentences, smoothing,
-                                      streams)
+                                      streams, single_sentence)
     else:
         computing = ensure_built(with_precision(encoder, precision))
-        packed_encoder = _packed(computing, precision, streams) if packed else None
+        packed_encoder = _packed(computing, precision, streams, single_sentence) if packed else None
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
                              precision=precision)
     module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
@@ -375,7 +384,8 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
                                   "packed" if module.packed is not None else "padded", selection, module.calibration,
-                                  module.packed.streams if module.packed is not None else None, internal_ops(path)),
+                                  module.packed.streams if module.packed is not None else None, internal_ops(path),
+                                  module.packed.single_sentence if module.packed is not None else None),
                   f, indent=2, default=str)
     return path
 

@@ -56,3 +56,16 @@ def layer_norm(x, gamma, beta, epsilon):
     """
     attrs = {"T": tf.float32, "epsilon": float(epsilon)}
     return _node("_MklLayerNorm", [x, gamma, beta], [tf.float32], attrs, "LayerNorm")[0]
+
+
+def quantize(x, low, high):
+    """`_MklQuantizeV2`: float32 `x` as quint8 on `[low, high]` (MIN_FIRST), `round((clip(x) - low) * 255 / (high -
+    low))`.
+
+    What TensorFlow's graph rewrite turns `QuantizeV2` into, built explicitly: a function it does not rewrite (a
+    branch of an unlowered `If`) would otherwise run the Eigen kernel, whose MIN_FIRST is `round(x * s) - round(low
+    * s)`, a step off for some inputs, and the two branches would quantize the same tensor differently.
+    """
+    attrs = {"T": tf.quint8, "mode": "MIN_FIRST", "_kernel": "QuantizedMklOp"}
+    return _node("_MklQuantizeV2", [x, low, high], [tf.quint8, tf.float32, tf.float32], attrs, "Quantize")[0]
+

@@ -8,8 +8,8 @@ which the query-key-value matmul writes; embeddings, layer norms and pooling
 stay float32.
 
 The op is TensorFlow's `_QuantizedMatMul`, the one its oneDNN kernels run for
-int8 graphs (Intel Neural Compressor's exports are made of it); `QuantizeV2`
-makes its inputs. It is in every TensorFlow build with oneDNN (the x86-64
+int8 graphs (Intel Neural Compressor's exports are made of it); oneDNN's
+`_MklQuantizeV2` makes its inputs. It is in every TensorFlow build with oneDNN (the x86-64
 pip wheels), on by default on Linux CPUs with AVX512-VNNI, AVX512-BF16,
 AVX-VNNI or AMX and otherwise with `TF_ENABLE_ONEDNN_OPTS=1`;
 `tf_msemb.models.packed.int8_support` says whether this process runs an
@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tf_msemb.models.onednn import quantize
 from tf_msemb.models.onednn import quantized_matmul
 
 DEFAULT_SMOOTHING = 0.8
@@ -110,8 +111,7 @@ class Int8Dense(tf.Module):
         if self.input_scale is not None:
             x *= self.input_scale
         low, high = self.input_range
-        q = tf.raw_ops.QuantizeV2(input=x, min_range=low, max_range=high, T=tf.quint8, mode="MIN_FIRST")
-        return QuantizedTensor(q.output, low, high)
+        return QuantizedTensor(quantize(x, low, high), low, high)
 
     def __call__(self, x, residual=None, training=False):
         if training:
