@@ -34,8 +34,8 @@ flags.DEFINE_integer("sub_batch_size", 32, "Length-sorted sub-batch size for pad
 flags.DEFINE_bool("packed", True, "Inference on the real tokens only (--nopacked: padded batches).")
 flags.DEFINE_integer("streams", INFERENCE_STREAMS, "Packed: sub-batches run side by side (serve with intra-op threads "
                      "at cores / streams).")
-flags.DEFINE_bool("single_sentence", True, "Packed: a request of one sentence takes a branch of its own with far "
-                  "fewer ops (--nosingle_sentence: the batch path for every request).")
+flags.DEFINE_bool("single_sentence", False, "Packed: a request of one sentence takes a branch of its own with far "
+                  "fewer ops; in TF Serving's Session batches then run slower (README, \"Single requests\").")
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
 

@@ -234,12 +234,13 @@ def test_side_by_side_streams_are_an_export_option_with_the_same_vectors(packed_
 
 def test_the_single_sentence_branch_is_an_export_option_with_the_same_vectors(packed_exported, tokenizer, tmp_path):
     path, encoder = packed_exported
-    plain = export_saved_model(tokenizer, encoder, str(tmp_path / "plain"), single_sentence=False)
-    assert json.loads(open(os.path.join(path, "tf_msemb_export.json")).read())["packed_single_sentence"] is True
-    assert json.loads((tmp_path / "plain" / "tf_msemb_export.json").read_text())["packed_single_sentence"] is False
-    default, plain = tf.saved_model.load(path), tf.saved_model.load(plain)
+    single = export_saved_model(tokenizer, encoder, str(tmp_path / "single"), single_sentence=True)
+    assert json.loads(open(os.path.join(path, "tf_msemb_export.json")).read())["packed_single_sentence"] is False
+    assert json.loads((tmp_path / "single" / "tf_msemb_export.json").read_text())["packed_single_sentence"] is True
+    default, single = tf.saved_model.load(path), tf.saved_model.load(single)
     for text in MIXED:
-        np.testing.assert_allclose(default(tf.constant([text])).numpy(), plain(tf.constant([text])).numpy(), atol=1e-5)
+        np.testing.assert_allclose(single(tf.constant([text])).numpy(), default(tf.constant([text])).numpy(), atol=1e-5)
+    np.testing.assert_allclose(single(tf.constant(MIXED)).numpy(), default(tf.constant(MIXED)).numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize("fixture", ["exported", "packed_exported"])

@@ -232,7 +232,7 @@ def test_a_single_sentence_gets_the_batch_path_s_vector(tokenizer, kind):
                "first": lambda: _sentence_encoder(tokenizer, pooling="first", normalize=True),
                "bert": lambda: _bert_encoder(tokenizer, normalize=True),
                "projected": lambda: ensure_built(ProjectedEncoder(_sentence_encoder(tokenizer), 24))}[kind]()
-    packed = PackedEncoder(encoder)
+    packed = PackedEncoder(encoder, single_sentence=True)
     encode = tf.function(packed, input_signature=[_RAGGED_IDS])
     for text in TEXTS:
         ids = tokenizer.tokenize(tf.constant([text]))
@@ -255,14 +255,19 @@ def test_a_single_sentence_and_only_it_takes_its_own_branch_unlowered(tokenizer,
         return 2 * encode_one(self, tokens)
 
     monkeypatch.setattr(packed_backbone.PackedBackbone, "encode_one", doubled)
-    packed = PackedEncoder(encoder)
+    packed = PackedEncoder(encoder, single_sentence=True)
     encode = tf.function(packed, input_signature=[_RAGGED_IDS])
     for texts in (TEXTS[2:3], TEXTS[:2], TEXTS):
         ids = tokenizer.tokenize(tf.constant(texts))
         want = encoder(tokenizer.pad(ids)).numpy() * (2 if len(texts) == 1 else 1)
         np.testing.assert_allclose(encode(ids).numpy(), want, atol=1e-5)
         np.testing.assert_allclose(packed(ids).numpy(), want, atol=1e-5)
-    (branch,) = _if_ops(encode.get_concrete_function())
+    concrete = encode.get_concrete_function()
+    (branch,) = _if_ops(concrete)
     assert branch.get_attr("_lower_using_switch_merge") is False
-    plain = tf.function(PackedEncoder(encoder, single_sentence=False), input_signature=[_RAGGED_IDS])
+    # The batch branch calls a function, which TensorFlow's graph rewrites reach (an If's branch they do not).
+    library = {function.signature.name: function for function in concrete.graph.as_graph_def().library.function}
+    calls = {node.op for node in library[branch.get_attr("else_branch").name].node_def}
+    assert calls & {"PartitionedCall", "StatefulPartitionedCall"}, calls
+    plain = tf.function(PackedEncoder(encoder), input_signature=[_RAGGED_IDS])
     assert all(op.get_attr("_lower_using_switch_merge") for op in _if_ops(plain.get_concrete_function()))

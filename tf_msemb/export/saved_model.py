@@ -322,7 +322,7 @@ def _packed(encoder, precision, streams, single_sentence):
 @gin.configurable(denylist=["tokenizer", "encoder"])
 def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True, calibration_file=None,
                      calibration_sentences=300, smoothing=DEFAULT_SMOOTHING, streams=INFERENCE_STREAMS,
-                     single_sentence=True):
+                     single_sentence=False):
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
@@ -350,7 +350,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     `single_sentence`: a packed export encodes a request of one sentence on
     a branch of its own with a fraction of the ops
     (`PackedEncoder.single_sentence`; float32 within 1e-5 of the batch
-    path, attention in float32 below it).
+    path, attention in float32 below it); off by default, as it slows
+    batches in TF Serving's Session.
     The module's `precision` attribute names the compute precision,
     `calibration` the int8 settings.
     """
