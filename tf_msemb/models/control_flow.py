@@ -6,7 +6,10 @@ every op of the branch not taken still passes through the executor as
 "dead" (a `Switch` per input, an `Identity` per captured tensor, the
 branch's constants). An int8 MiniLM export ran 1,846 ops for one sentence,
 978 of them control flow. An `If` left unlowered calls the taken branch's
-function only.
+function only. The price: TensorFlow's graph rewrites (oneDNN ops, fusions)
+do not reach a branch's ops. A `tf.function` called from the branch gets
+them when the restored function runs, but not in a v1 Session (TF
+Serving), so a branch is built from ops that need no rewrite.
 
 TensorFlow has no public switch for this: `tf.cond` sets the
 `_lower_using_switch_merge` attribute that its lowering pass reads, and TF's
