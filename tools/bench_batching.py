@@ -15,33 +15,23 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
+import serving_session
 import traffic
-from serving_session import serving_session
 from traffic import batching_settings
-from traffic import benchmark_sentences
 
-flags.DEFINE_string("model", None, "Export directory (a raw-string SavedModel).")
-flags.DEFINE_multi_string("input", [], "Text files of sentences (default: the quickstart English corpus).")
-flags.DEFINE_integer("limit", 5000, "Sentences taken from each input at most.")
+serving_session.define_flags()
 flags.DEFINE_list("sizes", ["1", "2", "4", "8", "16", "32", "64"], "Batch sizes measured.")
 flags.DEFINE_integer("requests", 100, "Timed requests per batch size.")
-flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads inside one op (0: default).")
 flags.DEFINE_float("throughput_share", 0.9, "max_batch_size: the smallest batch reaching this share of the best "
                    "sentences/s.")
-flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     del argv
-    from tf_msemb.runtime import set_threads
-
-    set_threads(FLAGS.intra_op_threads)
-    import tensorflow_text  # noqa: F401 -- registers the export's tokenizer ops
-
-    sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, 0)
+    sentences = serving_session.prepare(FLAGS)
     curve = {}
-    with serving_session(FLAGS.model) as run:
+    with serving_session.serving_session(FLAGS.model) as run:
         for size in map(int, FLAGS.sizes):
             result = traffic.latency(run, sentences, size, FLAGS.requests)
             curve[size] = {"p50_ms": result[f"b{size}_p50_ms"], "p99_ms": result[f"b{size}_p99_ms"]}

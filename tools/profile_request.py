@@ -35,18 +35,13 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
+import serving_session
 import traffic
-from serving_session import serving_session
-from traffic import benchmark_sentences
 
-flags.DEFINE_string("model", None, "Export directory (a raw-string SavedModel).")
-flags.DEFINE_multi_string("input", [], "Text files of sentences (default: the quickstart English corpus).")
-flags.DEFINE_integer("limit", 5000, "Sentences taken from each input at most.")
+serving_session.define_flags()
 flags.DEFINE_integer("batch_size", 1, "Sentences per request.")
 flags.DEFINE_integer("requests", 200, "Requests timed, and requests traced.")
-flags.DEFINE_integer("intra_op_threads", 0, "TensorFlow threads inside one op (0: default).")
 flags.DEFINE_integer("top", 15, "Op types listed.")
-flags.mark_flag_as_required("model")
 FLAGS = flags.FLAGS
 
 # Op types by stage, matched in order against the op type (first match wins); the rest is "other".
@@ -122,14 +117,9 @@ def _table(title, rows, total):
 
 def main(argv):
     del argv
-    from tf_msemb.runtime import set_threads
-
-    set_threads(FLAGS.intra_op_threads)
-    import tensorflow_text  # noqa: F401 -- registers the export's tokenizer ops
-
-    sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, 0)
+    sentences = serving_session.prepare(FLAGS)
     stream = traffic.requests(sentences, 10 + 2 * FLAGS.requests, FLAGS.batch_size, FLAGS.batch_size)
-    with serving_session(FLAGS.model) as run:
+    with serving_session.serving_session(FLAGS.model) as run:
         for request in stream[:10]:
             run(request)
         seconds = []

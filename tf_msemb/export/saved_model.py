@@ -381,12 +381,13 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     """
     module = inference_module(tokenizer, encoder, **inference_options)
     tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
-    write_warmup_requests(path, tokenizer=tokenizer, streams=module.packed.streams if module.packed is not None else 1)
+    packed = module.packed
+    streams, single_sentence = (packed.streams, packed.single_sentence) if packed is not None else (None, None)
+    write_warmup_requests(path, tokenizer=tokenizer, streams=streams or 1)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
-                                  "packed" if module.packed is not None else "padded", selection, module.calibration,
-                                  module.packed.streams if module.packed is not None else None, internal_ops(path),
-                                  module.packed.single_sentence if module.packed is not None else None),
+                                  "packed" if packed is not None else "padded", selection, module.calibration,
+                                  streams, internal_ops(path), single_sentence),
                   f, indent=2, default=str)
     return path
 

@@ -29,10 +29,9 @@ def unlowered_cond(pred, true_fn, false_fn):
     outputs = tf.cond(pred, true_fn, false_fn)
     if tf.executing_eagerly():
         return outputs
-    for tensor in tf.nest.flatten(outputs):
-        op = tensor.op
-        while op.type == "Identity" and op.inputs:
-            op = op.inputs[0].op
-        if op.type in _IF_OPS:
-            op._set_attr(LOWERING_ATTR, tf.compat.v1.AttrValue(b=False))  # noqa: SLF001 -- see the module docstring
+    op = tf.nest.flatten(outputs)[0].op  # every output is an Identity of the one If's output
+    while op.type == "Identity" and op.inputs:
+        op = op.inputs[0].op
+    if op.type in _IF_OPS:
+        op._set_attr(LOWERING_ATTR, tf.compat.v1.AttrValue(b=False))  # noqa: SLF001 -- see the module docstring
     return outputs

@@ -68,4 +68,3 @@ def quantize(x, low, high):
     """
     attrs = {"T": tf.quint8, "mode": "MIN_FIRST", "_kernel": "QuantizedMklOp"}
     return _node("_MklQuantizeV2", [x, low, high], [tf.quint8, tf.float32, tf.float32], attrs, "Quantize")[0]
-

@@ -9,8 +9,8 @@ stay float32.
 
 The op is TensorFlow's `_QuantizedMatMul`, the one its oneDNN kernels run for
 int8 graphs (Intel Neural Compressor's exports are made of it); oneDNN's
-`_MklQuantizeV2` makes its inputs. It is in every TensorFlow build with oneDNN (the x86-64
-pip wheels), on by default on Linux CPUs with AVX512-VNNI, AVX512-BF16,
+`_MklQuantizeV2` makes its inputs. Both are in every TensorFlow build with
+oneDNN (the x86-64 pip wheels), on by default on Linux CPUs with AVX512-VNNI, AVX512-BF16,
 AVX-VNNI or AMX and otherwise with `TF_ENABLE_ONEDNN_OPTS=1`;
 `tf_msemb.models.packed.int8_support` says whether this process runs an
 int8 graph.
