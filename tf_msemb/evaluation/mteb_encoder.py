@@ -1,0 +1,99 @@
+"""Any raw-string export as an MTEB encoder: batches of strings in, float32 vectors out.
+
+    import mteb
+    from tf_msemb.evaluation.mteb_encoder import ExportEncoder
+    mteb.evaluate(ExportEncoder("runs/exp1/export/final"), mteb.get_tasks(tasks=["STS17"]))
+
+Prompts follow MTEB's rules for sentence-transformers models: the export's
+named prompts (`tf_msemb_export.json`'s `prompts`, from the checkpoint's
+`config_sentence_transformers.json`, or `model_prompts` given here) are
+picked by task name, task type and query / document side, and put before
+the texts. An export that applies a prompt inside its graph (its `prompt`,
+a checkpoint's `default_prompt_name`) takes no second one: its named prompts
+are left out, with a warning.
+"""
+
+import json
+import os
+
+import numpy as np
+from absl import logging
+from mteb.models import ModelMeta
+from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.abs_encoder import get_prompt_name
+from mteb.models.model_meta import ScoringFunction
+
+from tf_msemb.evaluation.encoding import encode
+from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.evaluation.encoding import resolve_export
+
+METADATA_FILE = "tf_msemb_export.json"
+
+
+def export_name(path):
+    """MTEB's model name for the export at `path`: `tf_msemb/<dir>`, or `tf_msemb/<run>-<version>` for a
+    training run's `export/<step|final|best>`."""
+    path = os.path.abspath(path)
+    version, parent = os.path.basename(path), os.path.dirname(path)
+    if os.path.basename(parent) == "export":
+        return f"tf_msemb/{os.path.basename(os.path.dirname(parent))}-{version}"
+    return f"tf_msemb/{version}"
+
+
+class ExportEncoder(AbsEncoder):
+    """MTEB's `EncoderProtocol` over the SavedModel at `path` (an export or a training `model_dir`).
+
+    Args:
+        path: the export.
+        batch_size: sentences per call of the export (sorted by length, as
+            `evaluation.encoding.encode` batches them); MTEB's own
+            `batch_size` encode argument overrides it.
+        model_prompts: named prompts replacing the export's own
+            (`{"query": "query: ", "document": "passage: "}`), keyed as
+            MTEB keys them (task name, task type, `query` / `document`).
+        name: the model name MTEB files results under (default `export_name`).
+    """
+
+    def __init__(self, path, batch_size=64, model_prompts=None, name=None):
+        self.path = resolve_export(path)
+        with open(os.path.join(self.path, METADATA_FILE), encoding="utf-8") as f:
+            self.metadata = json.load(f)
+        self.built_in_prompt = self.metadata.get("prompt") or ""
+        prompts = self.metadata.get("prompts") or {} if model_prompts is None else model_prompts
+        if prompts and self.built_in_prompt:
+            message = (f"{self.path} puts {self.built_in_prompt!r} before every text itself, so the per-task "
+                       f"prompts {sorted(prompts)} cannot apply; export it with load_pretrained.prompt = '' to "
+                       "evaluate with them.")
+            if model_prompts is not None:
+                raise ValueError(message)
+            logging.warning("%s MTEB runs it with its own prompt only.", message)
+            prompts = {}
+        self.model_prompts = self.validate_task_to_prompt_name(prompts, raise_for_invalid_keys=False)[0] \
+            if prompts else None
+        self.batch_size = batch_size
+        self.model = load_model(self.path)
+        self.mteb_model_meta = ModelMeta.create_empty(overwrites=dict(
+            name=name or export_name(self.path),
+            revision=str(self.metadata.get("training_step") or self.metadata.get("created") or "export"),
+            framework=["TensorFlow"],
+            similarity_fn_name=ScoringFunction.COSINE,
+            embed_dim=self.metadata.get("embedding_dim"),
+            max_tokens=self.metadata.get("max_tokens"),
+            use_instructions=bool(self.model_prompts or self.built_in_prompt),
+            open_weights=True,
+        ))
+
+    def prompt(self, task_metadata, prompt_type):
+        """The text put before this task's texts (`""`: none), chosen as MTEB chooses sentence-transformers'."""
+        if not self.model_prompts:
+            return ""
+        return self.model_prompts.get(get_prompt_name(self.model_prompts, task_metadata, prompt_type), "")
+
+    def encode(self, inputs, *, task_metadata, hf_split, hf_subset, prompt_type=None, **kwargs):
+        """`[n, dim]` float32 unit vectors of the texts of every batch of `inputs`, in order."""
+        del hf_split, hf_subset
+        prompt = self.prompt(task_metadata, prompt_type)
+        texts = [prompt + text for batch in inputs for text in batch["text"]]
+        vectors = encode(self.model, texts, batch_size=kwargs.get("batch_size") or self.batch_size,
+                         verbose=bool(kwargs.get("show_progress_bar", False)))
+        return np.asarray(vectors, np.float32)
