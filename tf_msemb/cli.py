@@ -72,7 +72,13 @@ def run(main, beam_arguments=False):
 
     With `beam_arguments`, arguments that are not our flags are left in
     `argv` (a Beam pipeline's options, such as `--runner`) instead of refused.
+    `--help` prints the command's docstring as written: absl %-formats it
+    (`%s` becomes the script's path, so `id % shards` would lose text), and
+    its `%` are escaped here first.
     """
+    main_module = sys.modules["__main__"]
+    if main_module.__doc__:
+        main_module.__doc__ = main_module.__doc__.replace("%", "%%")
 
     def quiet_main(argv):
         verbose = flags.FLAGS["verbosity"].present

@@ -20,6 +20,7 @@ import traffic
 from traffic import batching_settings
 
 serving_session.define_flags()
+flags.adopt_module_key_flags(serving_session)  # listed by --help
 flags.DEFINE_list("sizes", ["1", "2", "4", "8", "16", "32", "64"], "Batch sizes measured.")
 flags.DEFINE_integer("requests", 100, "Timed requests per batch size.")
 flags.DEFINE_float("throughput_share", 0.9, "max_batch_size: the smallest batch reaching this share of the best "

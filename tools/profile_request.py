@@ -39,6 +39,7 @@ import serving_session
 import traffic
 
 serving_session.define_flags()
+flags.adopt_module_key_flags(serving_session)  # listed by --help
 flags.DEFINE_integer("batch_size", 1, "Sentences per request.")
 flags.DEFINE_integer("requests", 200, "Requests timed, and requests traced.")
 flags.DEFINE_integer("top", 15, "Op types listed.")

@@ -11,9 +11,9 @@ its results go to MTEB's folder under the request's `output`, and the last
 stdout line is `{"name": ..., "scores": [[task, subset, split, main x100], ...]}`.
 """
 
+import argparse
 import json
 import os
-import sys
 
 import mteb
 from sentence_transformers import SentenceTransformer
@@ -39,4 +39,6 @@ def main(request_file):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("request", help="JSON file written by evaluation.mteb_run.evaluate_peer")
+    main(parser.parse_args().request)

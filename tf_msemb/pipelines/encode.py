@@ -259,4 +259,5 @@ if __name__ == "__main__":
     from tf_msemb.pipelines import encode  # the importable module: workers unpickle its classes by name
 
     encode.define_flags()
+    flags.adopt_module_key_flags(encode)  # listed by --help
     cli.run(encode.main, beam_arguments=True)

@@ -415,4 +415,5 @@ if __name__ == "__main__":
     from tf_msemb.pipelines import mine  # the importable module: workers unpickle its classes by name
 
     mine.define_flags()
+    flags.adopt_module_key_flags(mine)  # listed by --help
     cli.run(mine.main, beam_arguments=True)

@@ -293,4 +293,5 @@ if __name__ == "__main__":
     from tf_msemb.pipelines import records  # the importable module: workers unpickle its classes by name
 
     records.define_flags()
+    flags.adopt_module_key_flags(records)  # listed by --help
     cli.run(records.main, beam_arguments=True)

@@ -184,4 +184,5 @@ if __name__ == "__main__":
     from tf_msemb.pipelines import teacher  # the importable module: workers unpickle its classes by name
 
     teacher.define_flags()
+    flags.adopt_module_key_flags(teacher)  # listed by --help
     cli.run(teacher.main, beam_arguments=True)
