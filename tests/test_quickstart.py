@@ -5,6 +5,7 @@ import pathlib
 import re
 
 from conftest import CORPUS as CORPUS_DIR
+from conftest import REPO
 from conftest import run
 from tf_msemb.quickstart import corpus_pairs
 
@@ -32,6 +33,16 @@ def test_quickstart_trains_exports_and_retrieves_held_out_translations(quickstar
     assert [line.split()[2] for line in evaluations] == ["200", "400"]
     best = json.loads((work / "runs/quickstart/model/export/best/tf_msemb_export.json").read_text())
     assert best["selection"]["metric"] == "retrieval/mean" and best["selection"]["step"] in (200, 400)
+    # The command line's recipe, data and dev figures reach every export's metadata and model card.
+    final = json.loads((work / "runs/quickstart/model/export/final/tf_msemb_export.json").read_text())
+    assert final["provenance"]["gin_files"] == [f"{REPO}/configs/quickstart.gin"]
+    assert final["provenance"]["data"] == {"make_dataset.corpora": ["runs/quickstart/data/quickstart.manifest.json"]}
+    assert [row["step"] for row in final["provenance"]["dev_results"]] == [200, 400]
+    card = (work / "runs/quickstart/model/export/best/README.md").read_text()
+    assert f"| recipe | {REPO}/configs/quickstart.gin |" in card and "| 400 | " in card
+    assert f"This export is the best step by `retrieval/mean` (max): step {best['selection']['step']}" in card
+    assert (work / "runs/quickstart/model/export/final/operative_config.gin").read_text() == \
+        (work / "runs/quickstart/model/operative_config.gin").read_text()
     pairs = [f"--pair={CORPUS}/heldout.en.txt,{CORPUS}/heldout.{l}.txt" for l in ("de", "fr", "es")]
     out = run(["-m", "tf_msemb.evaluate", "--model=runs/quickstart/model", "--task=retrieval",
                "--output=result.json", *pairs], work)

@@ -42,7 +42,8 @@ def main(argv):
     # The strategy named by `train.strategy` is built here, before gin builds the tokenizer (which
     # runs ops): multi-worker collectives must be set up before any op runs.
     kind = gin.get_bindings("train", resolve_references=False).get("strategy", "default")
-    train(FLAGS.model_dir, strategy=make_strategy(kind))
+    train(FLAGS.model_dir, strategy=make_strategy(kind),
+          recipe={"gin_files": FLAGS.gin_file, "gin_params": FLAGS.gin_param + (["--smoke"] if FLAGS.smoke else [])})
 
 
 if __name__ == "__main__":

@@ -18,11 +18,14 @@ the first `--calibration_sentences` lines of `--calibration_file` (see
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
+import sys
+
 from absl import flags
 
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.models.packed import INFERENCE_STREAMS
 from tf_msemb.models.pretrained import load_pretrained
+from tf_msemb.models.pretrained import resolve_pretrained
 
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
 flags.DEFINE_string("output", None, "Export directory.")
@@ -47,7 +50,9 @@ def main(argv):
             "calibration_sentences": FLAGS.calibration_sentences} if FLAGS.precision == "int8" else {}
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams,
-                              single_sentence=FLAGS.single_sentence, **int8)
+                              single_sentence=FLAGS.single_sentence,
+                              provenance={"kind": "pretrained", "source": resolve_pretrained(FLAGS.model),
+                                          "command": " ".join(["python", *sys.argv])}, **int8)
     print(f"Exported SavedModel: {path}")
 
 

@@ -24,6 +24,7 @@ from absl import logging
 from tensorflow.core.protobuf import saved_model_pb2
 
 import tf_msemb
+from tf_msemb.export.model_card import write_model_card
 from tf_msemb.export.serving import INPUT_KEY
 from tf_msemb.export.serving import OUTPUT_KEY
 from tf_msemb.export.serving import SIGNATURE
@@ -40,6 +41,7 @@ from tf_msemb.models.quantization import DEFAULT_SMOOTHING
 from tf_msemb.text_files import read_lines
 
 METADATA_FILE = "tf_msemb_export.json"
+OPERATIVE_CONFIG = "operative_config.gin"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
 
 
@@ -376,24 +378,34 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     return module
 
 
-def export_saved_model(tokenizer, encoder, path, step=None, objective=None, selection=None, **inference_options):
-    """Writes the SavedModel, TF Serving warm-up requests and `tf_msemb_export.json` to `path`; returns `path`.
+def export_saved_model(tokenizer, encoder, path, step=None, objective=None, selection=None, provenance=None,
+                       **inference_options):
+    """Writes the SavedModel, TF Serving warm-up requests, `tf_msemb_export.json` and the model card
+    (`README.md`, `export.model_card`) to `path`; returns `path`.
 
     `step`, `objective` (the objective's class and options) and `selection`
     (the dev metric that chose this step) go into the metadata when the
-    export comes from training. `inference_options` override the
-    `inference_module` settings bound in gin (precision, sub_batch_size, packed).
+    export comes from training; `provenance` says where the weights came
+    from (a training run's recipe, data, start and dev figures, or a
+    pretrained source; a `operative_config` file it names is copied in).
+    `inference_options` override the `inference_module` settings bound in
+    gin (precision, sub_batch_size, packed).
     """
     module = inference_module(tokenizer, encoder, **inference_options)
     tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
     packed = module.packed
     streams, single_sentence = (packed.streams, packed.single_sentence) if packed is not None else (None, None)
     write_warmup_requests(path, tokenizer=tokenizer, streams=streams or 1)
+    provenance = dict(provenance or {})
+    if provenance.get("operative_config"):
+        shutil.copy(provenance["operative_config"], os.path.join(path, OPERATIVE_CONFIG))
+        provenance["operative_config"] = OPERATIVE_CONFIG
+    metadata = export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
+                               "packed" if packed is not None else "padded", selection, module.calibration,
+                               streams, internal_ops(path), single_sentence)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
-                                  "packed" if packed is not None else "padded", selection, module.calibration,
-                                  streams, internal_ops(path), single_sentence),
-                  f, indent=2, default=str)
+        json.dump(metadata | {"provenance": provenance or None}, f, indent=2, default=str)
+    write_model_card(path)
     return path
 
 
@@ -401,7 +413,8 @@ def copy_version(path, export_dir, version, selection=None):
     """Copies the export at `path` to `export_dir/<version>`, naming `selection` in its metadata when given.
 
     The same weights need no second save: the copy loads and serves as the
-    original. Returns the new path.
+    original; its model card is rendered again (its snippets name the copy).
+    Returns the new path.
     """
     target = os.path.join(export_dir, version)
     shutil.rmtree(target, ignore_errors=True)
@@ -412,10 +425,12 @@ def copy_version(path, export_dir, version, selection=None):
             metadata = json.load(f)
         with open(metadata_file, "w", encoding="utf-8") as f:
             json.dump(metadata | {"selection": selection}, f, indent=2, default=str)
+    write_model_card(target)
     return target
 
 
-def export_version(tokenizer, encoder, export_dir, step, objective=None, final=False, version=None, selection=None):
+def export_version(tokenizer, encoder, export_dir, step, objective=None, final=False, version=None, selection=None,
+                   provenance=None):
     """Writes `export_dir/<version>` (default: the step, a version TF Serving picks up) and, when `final`, copies
     it to `export_dir/final`.
 
@@ -423,7 +438,8 @@ def export_version(tokenizer, encoder, export_dir, step, objective=None, final=F
     """
     path = os.path.join(export_dir, version or str(step))
     shutil.rmtree(path, ignore_errors=True)
-    export_saved_model(tokenizer, encoder, path, step=step, objective=objective, selection=selection)
+    export_saved_model(tokenizer, encoder, path, step=step, objective=objective, selection=selection,
+                       provenance=provenance)
     if final:
         copy_version(path, export_dir, "final")
     return path

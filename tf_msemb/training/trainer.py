@@ -6,6 +6,7 @@ exports the encoders they name.
 """
 
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -69,30 +70,68 @@ def restore_encoder(encoder, source):
     print(f"Initialized the encoder from {path}")
 
 
+def _bound_data():
+    """The corpora the run's input reads, as gin binds them (`{"make_dataset.corpora": [...]}`)."""
+    data = {}
+    for binding in ("make_dataset.corpora", "make_labeled_dataset.path"):
+        try:
+            data[binding] = gin.query_parameter(binding)
+        except ValueError:
+            continue
+    return data
+
+
+def run_provenance(model_dir, recipe=None, start=None, num_steps=None, global_batch_size=None):
+    """What an export of this run records of where its weights came from (`export.model_card` renders it):
+    the recipe (`{"gin_files", "gin_params"}` of the command line), the full gin config, the data, the start
+    checkpoint (`train.pretrained` or `init_from`), the run's length and batch."""
+    recipe = recipe or {}
+    return {"kind": "training", "model_dir": os.path.abspath(model_dir),
+            "gin_files": list(recipe.get("gin_files", [])), "gin_params": list(recipe.get("gin_params", [])),
+            "operative_config": os.path.join(model_dir, "operative_config.gin"), "data": _bound_data(),
+            "start": start, "num_steps": num_steps, "global_batch_size": global_batch_size}
+
+
+def _dev_results(model_dir, step):
+    """The rows of `model_dir/eval_results.jsonl` up to `step` (none before the first evaluation)."""
+    path = os.path.join(model_dir, "eval_results.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [row for row in map(json.loads, f) if row["step"] <= step]
+
+
 class Exporter:
     """Exports every model an objective names; every worker takes part (saving reads variables collectively).
 
     The main model (`"encoder"`) goes to `model_dir/export/<step>` and
     `export/final`, any other to `export/<name>/<step>` and `export/<name>/final`;
-    only the chief's copies stay.
+    only the chief's copies stay. Each export records `provenance`
+    (`run_provenance`) with the run's dev figures so far.
     """
 
-    def __init__(self, model, model_dir, chief):
+    def __init__(self, model, model_dir, chief, provenance=None):
         self.model, self.root, self.chief = model, os.path.join(model_dir, "export"), chief
+        self.model_dir = model_dir
+        self.provenance = provenance or run_provenance(model_dir)
         self.info = {"class": type(model).__name__, **model.options}
         self.last_step = None  # the step of the latest `<step>` export, the same on every worker
 
     def __call__(self, step, final=False, selection=None):
         """Exports this step as `<step>` (and `final`), or with a `selection` as `best`; returns the main path."""
         paths = {}
+        provenance = self.provenance | {"dev_results": _dev_results(self.model_dir, step)}
+        if not os.path.exists(provenance["operative_config"]):
+            provenance["operative_config"] = None
         for name, (tokenizer, encoder) in self.model.exports().items():
             root = self.root if self.chief else tempfile.mkdtemp(prefix="tf_msemb_export_")
             export_dir = root if name == "encoder" else os.path.join(root, name)
             if selection:
                 path = export_version(tokenizer, encoder, export_dir, step, self.info, version="best",
-                                      selection=selection)
+                                      selection=selection, provenance=provenance)
             else:
-                path = export_version(tokenizer, encoder, export_dir, step, self.info, final=final)
+                path = export_version(tokenizer, encoder, export_dir, step, self.info, final=final,
+                                      provenance=provenance)
             paths[name] = os.path.join(export_dir, "final") if final else path
             if not self.chief:
                 shutil.rmtree(root, ignore_errors=True)
@@ -259,7 +298,7 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
           checkpoint_every=1000, keep_checkpoints=3, export_every=None, seed=0, max_train_minutes=None,
           dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False,
           packed_training=True, evaluators=(), eval_every=None, best_metric=None, best_mode="max", patience=None,
-          gradient_cache_chunk=None):
+          gradient_cache_chunk=None, recipe=None):
     """Trains `objective(encoder=..., run=...)` and exports what it names (`Objective.exports`).
 
     `model_dir` gets checkpoints (an existing one is resumed exactly: weights,
@@ -287,7 +326,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (rows) trains an objective with in-batch negatives by gradient caching
     (`objectives.gradient_cache`): the same gradient as the plain step, in
     the memory of one chunk's encoder activations, so the batch can exceed
-    what fits at once.
+    what fits at once. `recipe` (`{"gin_files", "gin_params"}`, the command
+    line's) goes into every export's provenance and model card.
     Returns `{"export", "steps" (run now), "pairs_per_second", "seconds",
     "eval_seconds"}`, the rate measured after the first log line so start-up
     and tracing do not count; evaluation's share of the run is printed.
@@ -323,7 +363,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
             f.write(gin.operative_config_str())
     first_step = int(model.optimizer.iterations.numpy())
     settings = LoopSettings(num_steps, log_every, checkpoint_every, export_every, max_train_minutes, eval_every)
-    exporter = Exporter(model, model_dir, chief)
+    exporter = Exporter(model, model_dir, chief, run_provenance(model_dir, recipe, pretrained or init_from,
+                                                                num_steps, global_batch_size))
     with RunLog(model_dir if chief else None, ProgressLine(num_steps, global_batch_size, first_step)) as log:
         evaluate = DevSteps(dev, model, exporter, state, log, model_dir, chief) if dev.evaluators else None
         step = train_loop(_make_step_function(model, strategy, inputs, jit_compile), model, inputs, checkpoints,

@@ -1,0 +1,228 @@
+"""The model card of an export: `README.md` beside `saved_model.pb`, rendered from `tf_msemb_export.json`.
+
+What a person who receives the directory needs, as a Hugging Face model card
+or a TF-Hub page gives it: what the model is (architecture, vocabulary,
+dimension, pooling, normalization, prompts, precision and the ops an int8
+export needs), where it came from (the metadata's `provenance`: recipe, gin
+config, data, steps, start checkpoint, or the pretrained source), how well it
+does (the run's dev figures and the step chosen as best) and how to load it:
+`tf.saved_model.load`, Keras 3 `TFSMLayer`, `hub.KerasLayer`, TF Serving's
+`models.config` and the Beam encode pipeline, each a snippet that runs as
+written on this directory (`tests/export/test_model_card.py` runs them).
+The metadata stays the machine-readable record; the card is rendered from
+it alone, so re-rendering after the metadata changes (`copy_version`) keeps
+them in step.
+"""
+
+import json
+import os
+
+CARD_FILE = "README.md"
+METADATA_FILE = "tf_msemb_export.json"
+# The encoder settings the card names, where the encoder's config has them.
+_ARCHITECTURE_KEYS = ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "pooling", "normalize",
+                      "output_dim")
+
+
+def _find(config, key):
+    """The first value of `key` anywhere in a nested Keras config, or None."""
+    if isinstance(config, dict):
+        if key in config and not isinstance(config[key], (dict, list)):
+            return config[key]
+        for value in config.values():
+            found = _find(value, key)
+            if found is not None:
+                return found
+    if isinstance(config, list):
+        for value in config:
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+def _serving(path, metadata):
+    """`(copy command or None, base_path, version)` for TF Serving, which serves numbered version folders."""
+    name = os.path.basename(path)
+    if name.isdigit():
+        return None, os.path.dirname(path), int(name)
+    version = metadata.get("training_step") or 1
+    base = os.path.join(os.path.dirname(path), "serving", "tf_msemb")
+    return f"mkdir -p {base} && cp -r {path} {base}/{version}", base, version
+
+
+def _model_rows(metadata):
+    encoder, tokenizer = metadata.get("encoder") or {}, metadata.get("tokenizer") or {}
+    architecture = ", ".join(f"{key} {_find(encoder, key)}" for key in _ARCHITECTURE_KEYS
+                             if _find(encoder, key) is not None)
+    precision = metadata["compute_precision"]
+    if metadata.get("int8_calibration"):
+        calibration = metadata["int8_calibration"]
+        precision += (f" (calibrated on {calibration['sentences']} lines of {calibration['file']}, SmoothQuant "
+                      f"smoothing {calibration['smoothing']})")
+    prompts = metadata.get("prompts") or {}
+    rows = [
+        ("architecture", f"{encoder.get('class_name', '?')}" + (f": {architecture}" if architecture else "")),
+        ("vocabulary", f"{tokenizer.get('class', '?')} ({tokenizer.get('asset') or 'no asset file'})"),
+        ("longest input", f"{metadata.get('max_tokens', '?')} tokens, special tokens included (longer inputs are "
+                          "truncated)"),
+        ("embedding dimension", metadata["embedding_dim"]),
+        ("normalization", metadata["normalization"]),
+        ("prompt applied inside", repr(metadata.get("prompt") or "") if metadata.get("prompt") else "none"),
+        ("named prompts (applied by callers)", ", ".join(f"{k}: {v!r}" for k, v in prompts.items()) or "none"),
+        ("compute precision", precision),
+        ("inference", metadata["inference"] + (f", {metadata['packed_streams']} streams"
+                                               if metadata.get("packed_streams") else "")),
+        ("ops beyond stock TensorFlow and tensorflow-text",
+         ", ".join(metadata["required_ops"]) + " (oneDNN's, registered by x86-64 TensorFlow builds only)"
+         if metadata.get("required_ops") else "none"),
+        ("written by", f"tf_msemb {metadata['tf_msemb_version']}, TensorFlow {metadata['tensorflow_version']}, "
+                       f"{metadata['created']}"),
+    ]
+    return rows
+
+
+def _provenance(metadata):
+    provenance = metadata.get("provenance") or {}
+    if provenance.get("kind") == "training":
+        data = provenance.get("data") or {}
+        rows = [("recipe", ", ".join(provenance.get("gin_files") or []) or "bindings only"),
+                ("bindings on the command line", "; ".join(provenance.get("gin_params") or []) or "none"),
+                ("full gin config", f"`{provenance['operative_config']}` (in this directory)"
+                 if provenance.get("operative_config") else "not recorded"),
+                ("objective", (metadata.get("objective") or {}).get("class", "?")),
+                ("data", "; ".join(f"{binding} = {value}" for binding, value in data.items()) or "not recorded"),
+                ("start checkpoint", provenance.get("start") or "none (trained from scratch)"),
+                ("steps", f"{metadata.get('training_step')} of {provenance.get('num_steps')}, global batch "
+                          f"{provenance.get('global_batch_size')}"),
+                ("training run", provenance.get("model_dir"))]
+    elif provenance.get("kind") == "pretrained":
+        rows = [("source", provenance.get("source")), ("command", f"`{provenance.get('command')}`")]
+    else:
+        rows = [("source", "not recorded")]
+    return "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _dev_results(metadata):
+    results = (metadata.get("provenance") or {}).get("dev_results") or []
+    if not results:
+        return "No dev evaluation ran in training (`train.evaluators`); evaluate it with `python -m tf_msemb.evaluate`."
+    columns = list(dict.fromkeys(k for row in results for k in row if k != "step" and k.count("/") == 1))
+    lines = ["| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for row in results:
+        lines.append(f"| {row['step']} | " + " | ".join(f"{row[c]:.4f}" if c in row else "-" for c in columns) + " |")
+    selection = metadata.get("selection")
+    chosen = (f"\n\nThis export is the best step by `{selection['metric']}` ({selection.get('mode', 'max')}): "
+              f"step {selection.get('step')}, {selection.get('value')}." if isinstance(selection, dict) else "")
+    return "Dev figures of the run (`eval_results.jsonl`; summary metrics, the mean over each evaluator's sets):\n\n" \
+        + "\n".join(lines) + chosen
+
+
+def render(path, metadata):
+    """The card of the export at `path` (an absolute path: the snippets name it) with `metadata`."""
+    copy, base, version = _serving(path, metadata)
+    name = os.path.basename(os.path.dirname(os.path.dirname(path))) if os.path.basename(
+        os.path.dirname(path)) == "export" else os.path.basename(path)
+    int8 = ("\nThis export holds oneDNN int8 ops: it loads with x86-64 builds of TensorFlow (and TF Serving) only.\n"
+            if metadata.get("required_ops") else "")
+    copy_block = f"```sh\n{copy}\n```\n\n" if copy else ""
+    sentences = "Hallo Welt", "hello world"
+    return f"""# {name}
+
+A tf_msemb sentence encoder: a SavedModel that takes a 1-D `tf.string` tensor of raw sentences (normalization and
+tokenization run inside) and returns L2-normalized float32 vectors `[batch, {metadata['embedding_dim']}]`
+(cosine = dot product). Signature `{metadata['signature']['name']}`: input `{metadata['signature']['input']}`,
+output `{metadata['signature']['output']}`. The machine-readable record is `{METADATA_FILE}`.
+{int8}
+## Model
+
+| | |
+|---|---|
+""" + "\n".join(f"| {k} | {v} |" for k, v in _model_rows(metadata)) + f"""
+
+## Where it came from
+
+| | |
+|---|---|
+{_provenance(metadata)}
+
+## How well it does
+
+{_dev_results(metadata)}
+
+## How to load it
+
+Every reader needs `tensorflow` and `tensorflow-text` ({metadata['tensorflow_version']} wrote it).
+
+`tf.saved_model.load`:
+
+```python
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer ops
+
+model = tf.saved_model.load("{path}")
+vectors = model(tf.constant({list(sentences)!r}))
+print(vectors.shape)
+```
+
+Keras 3, as a layer:
+
+```python
+import keras
+import tensorflow as tf
+import tensorflow_text  # registers the tokenizer ops
+
+layer = keras.layers.TFSMLayer("{path}", call_endpoint="serving_default")
+print(layer(tf.constant({list(sentences)!r}))["outputs"].shape)
+```
+
+TF-Hub (`tensorflow-hub` with `tf-keras`; tensorflow-hub 0.16 also needs setuptools < 81), trainable for
+fine-tuning:
+
+```python
+import tensorflow as tf
+import tensorflow_hub as hub
+import tensorflow_text  # registers the tokenizer ops
+
+layer = hub.KerasLayer("{path}", trainable=True)
+print(layer(tf.constant({list(sentences)!r})).shape)
+```
+
+TF Serving serves numbered version folders under a base path, replaying the warm-up requests in
+`assets.extra/` as it loads one. {'Put this export in one:' if copy else 'This export is one:'}
+
+{copy_block}`models.config`:
+
+```text
+model_config_list {{
+  config {{
+    name: "tf_msemb"
+    base_path: "{base}"
+    model_platform: "tensorflow"
+  }}
+}}
+```
+
+```sh
+tensorflow_model_server --rest_api_port=8501 --model_config_file=models.config --enable_model_warmup=true \\
+    --tensorflow_intra_op_parallelism=1
+curl -d '{{"instances": ["Hallo Welt"]}}' localhost:8501/v1/models/tf_msemb:predict
+```
+
+Apache Beam (`pip install 'tf_msemb[beam]'`): every line of a corpus encoded into vector shards, on any runner:
+
+```sh
+python -m tf_msemb.pipelines.encode --model={path} --input='corpus/*.txt' --output_dir=encoded
+```
+"""
+
+
+def write_model_card(path):
+    """Writes `path/README.md` from `path/tf_msemb_export.json`; returns the card's path."""
+    path = os.path.abspath(path)
+    with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:
+        metadata = json.load(f)
+    card = os.path.join(path, CARD_FILE)
+    with open(card, "w", encoding="utf-8") as f:
+        f.write(render(path, metadata))
+    return card
