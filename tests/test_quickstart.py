@@ -36,7 +36,7 @@ def test_quickstart_trains_exports_and_retrieves_held_out_translations(quickstar
     # The command line's recipe, data and dev figures reach every export's metadata and model card.
     final = json.loads((work / "runs/quickstart/model/export/final/tf_msemb_export.json").read_text())
     assert final["provenance"]["gin_files"] == [f"{REPO}/configs/quickstart.gin"]
-    assert final["provenance"]["data"] == {"make_dataset.corpora": ["runs/quickstart/data/quickstart.manifest.json"]}
+    assert final["provenance"]["data"] == ["runs/quickstart/data/quickstart.manifest.json"]
     assert [row["step"] for row in final["provenance"]["dev_results"]] == [200, 400]
     card = (work / "runs/quickstart/model/export/best/README.md").read_text()
     assert f"| recipe | {REPO}/configs/quickstart.gin |" in card and "| 400 | " in card

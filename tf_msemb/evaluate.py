@@ -112,7 +112,8 @@ flags.DEFINE_multi_string("classify_test", [], "label<TAB>text file of a languag
 flags.DEFINE_integer("seeds", 5, "Classifier trainings, each with its own seed (classify).")
 flags.DEFINE_string("teacher", None, "Teacher export, model_dir or load_pretrained name (distillation).")
 flags.DEFINE_list("mteb_tasks", [], "MTEB task names, e.g. STS17,Tatoeba,BUCC.v2 (mteb; data from the Hub).")
-flags.DEFINE_list("mteb_languages", [], "ISO 639-3 codes the MTEB tasks are narrowed to, e.g. deu,eng (mteb).")
+flags.DEFINE_list("mteb_languages", [], "ISO 639-3 codes the MTEB tasks are narrowed to, e.g. deu,eng: a subset is "
+                  "kept when all its languages are listed (mteb).")
 flags.DEFINE_multi_string("mteb_sts", [], "FILE[,LANG[,LANG2]]: a local STS set as an MTEB task (mteb).")
 flags.DEFINE_multi_string("mteb_bitext", [], "SRC_FILE,TGT_FILE[,SRC-TGT]: local bitext mining as an MTEB task "
                           "(mteb).")
@@ -237,6 +238,7 @@ def run_mteb():
     tasks = local + (mteb_run.hub_tasks(FLAGS.mteb_tasks, FLAGS.mteb_languages) if FLAGS.mteb_tasks else [])
     if not tasks:
         raise CorpusError("mteb needs --mteb_tasks=NAME,..., --mteb_sts=FILE or --mteb_bitext=SRC_FILE,TGT_FILE")
+    mteb_run.check_names(tasks)
     model = ExportEncoder(FLAGS.model, FLAGS.batch_size, mteb_prompts())
     columns = {model.mteb_model_meta.name: mteb_run.evaluate(model, tasks, FLAGS.mteb_output, FLAGS.batch_size,
                                                              show_progress_bar=True)}

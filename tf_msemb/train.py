@@ -43,7 +43,7 @@ def main(argv):
     # runs ops): multi-worker collectives must be set up before any op runs.
     kind = gin.get_bindings("train", resolve_references=False).get("strategy", "default")
     train(FLAGS.model_dir, strategy=make_strategy(kind),
-          recipe={"gin_files": FLAGS.gin_file, "gin_params": FLAGS.gin_param + (["--smoke"] if FLAGS.smoke else [])})
+          recipe={"gin_files": FLAGS.gin_file, "gin_params": FLAGS.gin_param, "smoke": FLAGS.smoke})
 
 
 if __name__ == "__main__":

@@ -14,10 +14,15 @@ inference on padded batches instead of the real tokens only, and
 the first `--calibration_sentences` lines of `--calibration_file` (see
 `tf_msemb.models.quantization`; needs TensorFlow's oneDNN kernels).
 `--streams` sets how many sub-batches a packed export runs side by side.
+`--prompt` is put before every input inside the export (default: the
+checkpoint's `default_prompt_name`'s prompt); `--prompt=` puts none, and the
+checkpoint's named prompts stay in the metadata for callers to pick by task
+(`python -m tf_msemb.evaluate --task=mteb` does).
 """
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
+import shlex
 import sys
 
 from absl import flags
@@ -30,6 +35,9 @@ from tf_msemb.models.pretrained import resolve_pretrained
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
 flags.DEFINE_string("output", None, "Export directory.")
 flags.DEFINE_integer("max_length", None, "Token limit (default: the model's own).")
+flags.DEFINE_string("prompt", None, "A prompt name of the checkpoint or a text, put before every input inside the "
+                    "export (default: the checkpoint's default prompt, if any; --prompt= for none, so that callers "
+                    "such as MTEB pick the prompt by task).")
 flags.DEFINE_enum("precision", "float32", ["float32", "mixed_bfloat16", "mixed_float16", "int8"], "Compute precision.")
 flags.DEFINE_string("calibration_file", None, "int8: text file of sentences like those to encode, one a line.")
 flags.DEFINE_integer("calibration_sentences", 300, "int8: how many of its lines calibrate the ranges.")
@@ -45,14 +53,14 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    tokenizer, encoder = load_pretrained(FLAGS.model, max_length=FLAGS.max_length)
+    tokenizer, encoder = load_pretrained(FLAGS.model, max_length=FLAGS.max_length, prompt=FLAGS.prompt)
     int8 = {"calibration_file": FLAGS.calibration_file,
             "calibration_sentences": FLAGS.calibration_sentences} if FLAGS.precision == "int8" else {}
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams,
                               single_sentence=FLAGS.single_sentence,
                               provenance={"kind": "pretrained", "source": resolve_pretrained(FLAGS.model),
-                                          "command": " ".join(["python", *sys.argv])}, **int8)
+                                          "command": shlex.join(["python", *sys.argv])}, **int8)
     print(f"Exported SavedModel: {path}")
 
 

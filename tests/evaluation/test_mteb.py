@@ -70,7 +70,7 @@ def test_sts_and_bitext_scores_are_mteb_s_own_on_the_export_s_vectors(export, tm
 
     tasks = [local_sts("TinySTS", FIRST, SECOND, GOLD),
              local_bitext_mining("TinyBitext", SOURCES, TARGETS, ["deu", "eng"])]
-    scores = mteb_run.evaluate(ExportEncoder(export, batch_size=3), tasks, str(tmp_path))
+    scores = mteb_run.evaluate(ExportEncoder(export), tasks, str(tmp_path), batch_size=3)
     assert scores[("TinySTS", "default", "validation")] == pytest.approx(spearman, abs=1e-4)
     assert scores[("TinyBitext", "deu-eng", "test")] == pytest.approx(100 * forward, abs=1e-4)
     if forward != backward:  # the direction matters on these vectors: the check tells them apart
@@ -106,41 +106,45 @@ def prompted_exports(tmp_path_factory):
     return paths
 
 
-def test_named_prompts_are_recorded_and_picked_by_task_side(prompted_exports):
+def test_prompts_are_recorded_and_picked_as_sentence_transformers_picks_them(prompted_exports):
     import mteb
     from mteb.types import PromptType
 
     with open(os.path.join(prompted_exports["named"], "tf_msemb_export.json"), encoding="utf-8") as f:
         metadata = json.load(f)
     assert metadata["prompt"] == "" and metadata["prompts"] == {"query": "query: ", "document": "passage: "}
+    assert metadata["default_prompt_name"] == "query"
 
     encoder = ExportEncoder(prompted_exports["named"])
     retrieval = mteb.get_task("SciFact").metadata
     sts = local_sts("TinySTS", FIRST, SECOND, GOLD).metadata
     assert encoder.prompt(retrieval, PromptType.query) == "query: "
     assert encoder.prompt(retrieval, PromptType.document) == "passage: "
-    assert encoder.prompt(sts, None) == ""
+    assert encoder.prompt(sts, None) == "query: "  # no side: the default prompt, as `encode` applies it
 
     batches = [{"text": TARGETS[:4]}, {"text": TARGETS[4:]}]
-    queried = encoder.encode(batches, task_metadata=retrieval, hf_split="test", hf_subset="default",
-                             prompt_type=PromptType.query)
-    expected = vectors(prompted_exports["named"], ["query: " + t for t in TARGETS])
-    np.testing.assert_allclose(queried, expected, atol=1e-5)
-    plain = vectors(prompted_exports["named"], TARGETS)
-    assert np.max(np.abs(queried - plain)) > 1e-3
+    documents = encoder.encode(batches, task_metadata=retrieval, hf_split="test", hf_subset="default",
+                               prompt_type=PromptType.document)
+    np.testing.assert_allclose(documents, vectors(prompted_exports["named"], ["passage: " + t for t in TARGETS]),
+                               atol=1e-5)
+    assert np.max(np.abs(documents - vectors(prompted_exports["named"], TARGETS))) > 1e-3
 
+    # Given prompts replace the checkpoint's, as `model_prompts` replaces a sentence-transformers model's.
     override = ExportEncoder(prompted_exports["named"], model_prompts={"STS": "sts: "})
     assert override.prompt(sts, None) == "sts: " and override.prompt(retrieval, PromptType.query) == ""
 
 
-def test_an_export_with_its_own_prompt_takes_no_second(prompted_exports):
+def test_an_export_with_its_own_prompt_takes_no_second_and_refuses_a_side_that_needs_another(prompted_exports):
     import mteb
     from mteb.types import PromptType
 
     encoder = ExportEncoder(prompted_exports["built_in"])
-    assert encoder.prompt(mteb.get_task("SciFact").metadata, PromptType.query) == ""
-    with pytest.raises(ValueError, match="puts 'query: ' before every text itself"):
-        ExportEncoder(prompted_exports["built_in"], model_prompts={"query": "q: "})
+    retrieval = mteb.get_task("SciFact").metadata
+    assert encoder.prompt(retrieval, PromptType.query) == ""
+    assert encoder.prompt(local_sts("TinySTS", FIRST, SECOND, GOLD).metadata, None) == ""
+    with pytest.raises(ValueError, match="puts 'query: ' before every text itself, but SciFact's document texts "
+                                         "take 'passage: '"):
+        encoder.prompt(retrieval, PromptType.document)
 
 
 def _peer_available():
@@ -198,6 +202,21 @@ def test_bad_task_specs_end_in_one_error_line(export, tmp_path):
         assert result.returncode == 1
         assert result.stderr.strip().splitlines()[-1].startswith("error: ") and message in result.stderr, \
             result.stderr[-2000:]
+
+
+@pytest.mark.skipif(not _peer_available(), reason="sentence-transformers and torch are not installed here")
+def test_a_prompted_export_scores_as_sentence_transformers_with_its_prompts(prompted_exports, tmp_path):
+    """The checkpoint's default prompt `query: ` reaches STS and bitext texts on both sides."""
+    tasks = [local_sts("TinySTS", FIRST, SECOND, GOLD), local_bitext_mining("TinyBitext", SOURCES, TARGETS,
+                                                                            ["deu", "eng"])]
+    ours = mteb_run.evaluate(ExportEncoder(prompted_exports["named"]), tasks, str(tmp_path))
+    _, theirs = mteb_run.evaluate_peer(None, checkpoint("xlm_roberta_tokenizer_json"), [], tasks, str(tmp_path))
+    assert set(ours) == set(theirs)
+    for key in ours:
+        assert ours[key] == pytest.approx(theirs[key], abs=0.01), key
+    unprompted = mteb_run.evaluate(ExportEncoder(prompted_exports["named"], model_prompts={"STS": ""}), tasks[:1],
+                                   str(tmp_path / "unprompted"))
+    assert abs(unprompted[("TinySTS", "default", "validation")] - ours[("TinySTS", "default", "validation")]) > 0.01
 
 
 @pytest.mark.slow

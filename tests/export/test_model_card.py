@@ -100,24 +100,20 @@ def _tiny_ranking(tokenizer):
     return model
 
 
-def test_a_training_export_s_card_names_its_recipe_data_start_and_dev_figures_up_to_its_step(tokenizer, tmp_path,
-                                                                                            clean_gin):
-    import gin
-
-    gin.parse_config("make_dataset.corpora = ['runs/x/data/x.manifest.json']")
+def test_a_training_export_s_card_names_its_recipe_data_start_and_dev_figures_up_to_its_step(tokenizer, tmp_path):
     (tmp_path / "operative_config.gin").write_text("train.num_steps = 10\n", encoding="utf-8")
     with open(tmp_path / "eval_results.jsonl", "w", encoding="utf-8") as f:
         for step, value in ((5, 0.25), (10, 0.75)):
             f.write(json.dumps({"step": step, "retrieval/mean": value, "retrieval/a / b/mean": value}) + "\n")
     provenance = run_provenance(str(tmp_path), {"gin_files": ["configs/quickstart.gin"], "gin_params": ["x = 1"]},
-                                "all-MiniLM-L6-v2", 10, 4)
+                                ["runs/x/data/x.manifest.json"], "all-MiniLM-L6-v2", 10, 4)
     exporter = Exporter(_tiny_ranking(tokenizer), str(tmp_path), chief=True, provenance=provenance)
     path = exporter(5)
     card = open(os.path.join(path, CARD_FILE), encoding="utf-8").read()
     metadata = json.load(open(os.path.join(path, "tf_msemb_export.json"), encoding="utf-8"))
     assert metadata["provenance"]["dev_results"] == [{"step": 5, "retrieval/mean": 0.25, "retrieval/a / b/mean": 0.25}]
     assert "| recipe | configs/quickstart.gin |" in card and "| bindings on the command line | x = 1 |" in card
-    assert "| data | make_dataset.corpora = ['runs/x/data/x.manifest.json'] |" in card
+    assert "| data | runs/x/data/x.manifest.json |" in card
     assert "| start checkpoint | all-MiniLM-L6-v2 |" in card and "| steps | 5 of 10, global batch 4 |" in card
     assert "| objective | TranslationRanking |" in card
     assert "| step | retrieval/mean |" in card and "| 5 | 0.2500 |" in card and "| 10 |" not in card
@@ -145,9 +141,9 @@ def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     card = open(tmp_path / "out" / CARD_FILE, encoding="utf-8").read()
     assert f"| source | {directory} |" in card and "tools/export_pretrained.py --model=" in card
-    assert "| named prompts (applied by callers) | none |" in card
+    assert "| default prompt name | none |" in card
     if precision:
-        assert "| compute precision | int8 (calibrated on 300 lines of" in card
+        assert "| compute precision | int8 (calibrated on the first 300 lines at most of" in card
         assert "_QuantizedMatMul" in card and "x86-64 builds of TensorFlow" in card
 
 

@@ -82,7 +82,8 @@ def test_a_shared_encoder_is_exported_once(tokenizer, tmp_path):
 def test_non_chief_workers_export_too_but_keep_nothing(tokenizer, tmp_path, monkeypatch):
     written = []
 
-    def export_version(tokenizer, encoder, export_dir, step, info, final):
+    def export_version(tokenizer, encoder, export_dir, step, info, final, provenance):
+        assert provenance["dev_results"] == [] and provenance["operative_config"] is None  # the chief's files
         written.append(export_dir)
         os.makedirs(os.path.join(export_dir, str(step)))
         return os.path.join(export_dir, str(step))

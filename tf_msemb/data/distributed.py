@@ -39,7 +39,9 @@ class ReplicaInput:
         dataset_fn: `tf.distribute.InputContext -> tf.data.Dataset` of
             per-replica batches (`input_context.get_per_replica_batch_size`).
             A dataset's `source_files` attribute, when set, is collected into
-            `self.source_files` (the shards this input reads).
+            `self.source_files` (the shards this input reads), and its
+            `corpora` into `self.corpora` (the manifests, globs or files named
+            by the configuration, which exports record).
     """
 
     def __init__(self, strategy, global_batch_size, dataset_fn):
@@ -49,7 +51,7 @@ class ReplicaInput:
         self.strategy = strategy
         if _is_tpu(strategy):
             self._distributed = iter(strategy.distribute_datasets_from_function(dataset_fn))
-            self.iterators, self.source_files = [], []
+            self.iterators, self.source_files, self.corpora = [], [], []
             return
         self._distributed = None
         replica_ids = local_replica_ids(strategy)
@@ -58,6 +60,7 @@ class ReplicaInput:
             dataset_fn(tf.distribute.InputContext(replicas, replica_id, replicas)) for replica_id in replica_ids
         ]
         self.source_files = sorted({path for dataset in datasets for path in getattr(dataset, "source_files", [])})
+        self.corpora = list(dict.fromkeys(corpus for dataset in datasets for corpus in getattr(dataset, "corpora", [])))
         self.iterators = [iter(dataset) for dataset in datasets]
 
     @property

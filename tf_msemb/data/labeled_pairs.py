@@ -150,7 +150,9 @@ def make_labeled_dataset(
     def tokenize(a, b, target):
         return {"a": tokenizer(a), "b": tokenizer(b), "target": target}
 
-    return dataset.batch(batch_size, drop_remainder=True).map(tokenize).prefetch(tf.data.AUTOTUNE)
+    batches = dataset.batch(batch_size, drop_remainder=True).map(tokenize).prefetch(tf.data.AUTOTUNE)
+    batches.corpora = [str(path)]  # what exports record as their data
+    return batches
 
 
 def make_distributed_labeled_dataset(strategy, global_batch_size, features=(), **kwargs):

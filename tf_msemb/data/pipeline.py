@@ -39,7 +39,8 @@ def make_dataset(corpora, tokenizer, batch_size, features=(), max_tokens=128, co
     same examples, batches grouped by length instead of mixed.
     The first record of every shard is checked before reading starts; the
     returned dataset's `source_files` lists the shards, so a record found
-    corrupt later can be traced to its file (`find_corrupt_shard`).
+    corrupt later can be traced to its file (`find_corrupt_shard`), and its
+    `corpora` the corpora as given (what exports record as their data).
     """
     corpora = [corpora] if isinstance(corpora, str) else list(corpora)
     if max_tokens > tokenizer.max_length:
@@ -99,6 +100,7 @@ def make_dataset(corpora, tokenizer, batch_size, features=(), max_tokens=128, co
         batches = feature.attach(batches, tokenizer, input_context, seed)
     batches = batches.prefetch(tf.data.AUTOTUNE)
     batches.source_files = shards
+    batches.corpora = [str(corpus) for corpus in corpora]
     return batches
 
 

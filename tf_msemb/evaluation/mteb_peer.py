@@ -31,7 +31,8 @@ def main(request_file):
     model.mteb_model_meta = model.mteb_model_meta.model_copy(update={"name": name, "revision": "local"})
     tasks = [task_from_spec(spec) for spec in request["local"]]
     if request["tasks"]:
-        tasks += list(mteb.get_tasks(tasks=request["tasks"], languages=request["languages"] or None))
+        tasks += list(mteb.get_tasks(tasks=request["tasks"], languages=request["languages"] or None,
+                                     exclusive_language_filter=bool(request["languages"])))
     result = mteb.evaluate(model, tasks, cache=mteb.ResultCache(request["output"]), overwrite_strategy="always",
                            encode_kwargs={"batch_size": request["batch_size"], "show_progress_bar": False},
                            show_progress_bar=False)

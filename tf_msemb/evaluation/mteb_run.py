@@ -45,12 +45,13 @@ def _language(code, what):
         check_language_code(code)
     except ValueError:
         raise CorpusError(f"{what}: {code!r} is not an ISO 639-3 language code (eng, deu, ...) that MTEB knows; "
-                          "name the language after the files (FILE,LANG).") from None
+                          "name the languages in the spec.") from None
     return code
 
 
 def local_sts_task(spec):
-    """`FILE[,LANG[,LANG2]]`: an STS benchmark TSV or a multilingual STS-b CSV (`.csv`), languages default eng."""
+    """`FILE[,LANG[,LANG2]]`: an STS benchmark TSV, or a multilingual STS-b CSV (a `.csv` named `stsb-*`);
+    languages default to eng. MTEB files it under the split `validation`."""
     path, *languages = spec.split(",")
     sentences1, sentences2, scores = (read_stsb_csv if path.endswith(".csv") and "stsb-" in os.path.basename(path)
                                       else read_stsb_tsv)(path)
@@ -78,11 +79,22 @@ def local_bitext_task(spec):
 
 
 def hub_tasks(names, languages=()):
-    """MTEB's tasks by name, restricted to `languages` (ISO 639-3) when given; their data come from the Hub."""
+    """MTEB's tasks by name; their data come from the Hub. With `languages` (ISO 639-3), a multilingual task
+    keeps the subsets all of whose languages are listed (`deu,eng`: Tatoeba's deu-eng only)."""
     try:
-        return list(mteb.get_tasks(tasks=list(names), languages=list(languages) or None))
+        return list(mteb.get_tasks(tasks=list(names), languages=list(languages) or None,
+                                   exclusive_language_filter=bool(languages)))
     except KeyError as e:
         raise CorpusError(f"--mteb_tasks: {e.args[0]}") from None
+
+
+def check_names(tasks):
+    """Refuses two tasks of one name: MTEB would write one's results over the other's."""
+    names = [task.metadata.name for task in tasks]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise CorpusError(f"Two MTEB tasks are named {twice[0]}: local tasks take their files' base names, so give "
+                          "files of different names.")
 
 
 def evaluate(model, tasks, output_dir, batch_size=64, show_progress_bar=False):

@@ -16,6 +16,7 @@ them in step.
 
 import json
 import os
+import shlex
 
 CARD_FILE = "README.md"
 METADATA_FILE = "tf_msemb_export.json"
@@ -48,7 +49,8 @@ def _serving(path, metadata):
         return None, os.path.dirname(path), int(name)
     version = metadata.get("training_step") or 1
     base = os.path.join(os.path.dirname(path), "serving", "tf_msemb")
-    return f"mkdir -p {base} && cp -r {path} {base}/{version}", base, version
+    target = os.path.join(base, str(version))
+    return f"mkdir -p {shlex.quote(base)} && cp -r {shlex.quote(path)} {shlex.quote(target)}", base, version
 
 
 def _model_rows(metadata):
@@ -58,9 +60,10 @@ def _model_rows(metadata):
     precision = metadata["compute_precision"]
     if metadata.get("int8_calibration"):
         calibration = metadata["int8_calibration"]
-        precision += (f" (calibrated on {calibration['sentences']} lines of {calibration['file']}, SmoothQuant "
-                      f"smoothing {calibration['smoothing']})")
+        precision += (f" (calibrated on the first {calibration['sentences']} lines at most of "
+                      f"{calibration['file']}, SmoothQuant smoothing {calibration['smoothing']})")
     prompts = metadata.get("prompts") or {}
+    default = metadata.get("default_prompt_name")
     rows = [
         ("architecture", f"{encoder.get('class_name', '?')}" + (f": {architecture}" if architecture else "")),
         ("vocabulary", f"{tokenizer.get('class', '?')} ({tokenizer.get('asset') or 'no asset file'})"),
@@ -70,6 +73,7 @@ def _model_rows(metadata):
         ("normalization", metadata["normalization"]),
         ("prompt applied inside", repr(metadata.get("prompt") or "") if metadata.get("prompt") else "none"),
         ("named prompts (applied by callers)", ", ".join(f"{k}: {v!r}" for k, v in prompts.items()) or "none"),
+        ("default prompt name", default or "none"),
         ("compute precision", precision),
         ("inference", metadata["inference"] + (f", {metadata['packed_streams']} streams"
                                                if metadata.get("packed_streams") else "")),
@@ -85,13 +89,13 @@ def _model_rows(metadata):
 def _provenance(metadata):
     provenance = metadata.get("provenance") or {}
     if provenance.get("kind") == "training":
-        data = provenance.get("data") or {}
-        rows = [("recipe", ", ".join(provenance.get("gin_files") or []) or "bindings only"),
+        recipe = ", ".join(provenance.get("gin_files") or []) or "bindings only"
+        rows = [("recipe", recipe + (" (a --smoke run: tiny model, few steps)" if provenance.get("smoke") else "")),
                 ("bindings on the command line", "; ".join(provenance.get("gin_params") or []) or "none"),
                 ("full gin config", f"`{provenance['operative_config']}` (in this directory)"
                  if provenance.get("operative_config") else "not recorded"),
                 ("objective", (metadata.get("objective") or {}).get("class", "?")),
-                ("data", "; ".join(f"{binding} = {value}" for binding, value in data.items()) or "not recorded"),
+                ("data", "; ".join(provenance.get("data") or []) or "not recorded"),
                 ("start checkpoint", provenance.get("start") or "none (trained from scratch)"),
                 ("steps", f"{metadata.get('training_step')} of {provenance.get('num_steps')}, global batch "
                           f"{provenance.get('global_batch_size')}"),
@@ -152,7 +156,8 @@ output `{metadata['signature']['output']}`. The machine-readable record is `{MET
 
 ## How to load it
 
-Every reader needs `tensorflow` and `tensorflow-text` ({metadata['tensorflow_version']} wrote it).
+Every reader needs `tensorflow` and `tensorflow-text` ({metadata['tensorflow_version']} wrote it). The
+snippets name the directory this export was written to; change the path where it was moved.
 
 `tf.saved_model.load`:
 
@@ -212,7 +217,7 @@ curl -d '{{"instances": ["Hallo Welt"]}}' localhost:8501/v1/models/tf_msemb:pred
 Apache Beam (`pip install 'tf_msemb[beam]'`): every line of a corpus encoded into vector shards, on any runner:
 
 ```sh
-python -m tf_msemb.pipelines.encode --model={path} --input='corpus/*.txt' --output_dir=encoded
+python -m tf_msemb.pipelines.encode --model={shlex.quote(path)} --input='corpus/*.txt' --output_dir=encoded
 ```
 """
 

@@ -258,7 +258,8 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
     `required_ops`: the ops the graph needs beyond stock TensorFlow and
     tensorflow-text (`internal_ops`), with the TensorFlow version that wrote it.
     `prompt` is the text the export puts before every input itself;
-    `prompts` the model's named prompts, for callers to apply by task.
+    `prompts` the model's named prompts and `default_prompt_name` the one
+    sentence-transformers falls back to, for callers to apply by task.
     """
     return {
         "format": "tf_msemb raw-string SavedModel",
@@ -276,6 +277,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "max_tokens": int(tokenizer.max_length),
         "prompt": tokenizer.prompt,
         "prompts": dict(tokenizer.prompts),
+        "default_prompt_name": tokenizer.default_prompt_name,
         "normalization": "l2 (unit-length rows; dot product = cosine)",
         "compute_precision": precision,
         "int8_calibration": calibration,

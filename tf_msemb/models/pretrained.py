@@ -99,7 +99,7 @@ def _token(config, key, default):
 
 
 def directory_tokenizer(directory, model_type, settings, max_length, text_normalization=False, prompt="",
-                        prompts=None):
+                        prompts=None, default_prompt_name=None):
     """The in-graph tokenizer of a Hugging Face directory, chosen by tokenizer_config.json's class or the files.
 
     A known class reads its own files, or failing them `tokenizer.json`'s
@@ -110,7 +110,8 @@ def directory_tokenizer(directory, model_type, settings, max_length, text_normal
     tokenizer_config = st_modules.read_json(directory, "tokenizer_config.json") or {}
     json_file = os.path.join(directory, "tokenizer.json")
     has_json = os.path.exists(json_file)
-    options = dict(max_length=max_length, normalize=text_normalization, prompt=prompt, prompts=prompts)
+    options = dict(max_length=max_length, normalize=text_normalization, prompt=prompt, prompts=prompts,
+                   default_prompt_name=default_prompt_name)
     name = tokenizer_config.get("tokenizer_class")
     if not name:
         name = DEFAULT_TOKENIZERS[model_type]
@@ -173,8 +174,8 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
     `config_sentence_transformers.json` (`"query"`) or the text itself
     (`"query: "`); None takes the directory's default prompt, if it names
     one, as sentence-transformers' `encode` does; `""` none. The directory's
-    named prompts go into the tokenizer's `prompts` (and an export's
-    metadata) for callers that pick one by task.
+    named prompts and default prompt name go into the tokenizer (and an
+    export's metadata) for callers that pick a prompt by task.
     """
     source = resolve_pretrained(name_or_path)
     is_directory = os.path.isdir(source)
@@ -195,8 +196,11 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
         raise ValueError(f"{settings['pooling_file']} sets include_prompt false (the prompt's tokens left out of "
                          "the pooling), which is not supported; pass load_pretrained.prompt=''.")
     if is_directory:
+        prompts, default_name = st_modules.named_prompts(source)
+        if not settings.get("include_prompt", True):  # a pooling that leaves prompts out: none offered to callers
+            prompts, default_name = {}, None
         tokenizer = directory_tokenizer(source, config["model_type"], settings, max_length, text_normalization,
-                                        prompt_text, st_modules.named_prompts(source))
+                                        prompt_text, prompts, default_name)
     else:
         tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization, prompt=prompt_text)
     normalize = settings.get("normalize", False) if normalize is None else normalize

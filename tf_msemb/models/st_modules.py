@@ -149,9 +149,10 @@ def dense_head(encoder, layers, normalize):
 
 
 def named_prompts(directory):
-    """`config_sentence_transformers.json`'s non-empty named prompts (`{"query": "query: "}`), or `{}`."""
+    """`(prompts, default_prompt_name)` of `config_sentence_transformers.json` (`({}, None)` without one); an
+    empty prompt stays, as it overrides the default in sentence-transformers."""
     config = read_json(directory, "config_sentence_transformers.json") or {}
-    return {name: text for name, text in (config.get("prompts") or {}).items() if text}
+    return dict(config.get("prompts") or {}), config.get("default_prompt_name")
 
 
 def resolve_prompt(directory, prompt):

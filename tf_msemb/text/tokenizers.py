@@ -42,10 +42,12 @@ class SubwordTokenizer(keras.layers.Layer):
             `prompts`, e.g. `{"query": "query: ", "document": "passage: "}`),
             which a caller puts before texts by task (MTEB does); recorded
             in exports, never applied here.
+        default_prompt_name: the one of `prompts` sentence-transformers
+            applies when a call names none (recorded, never applied here).
     """
 
     def __init__(self, max_length=128, add_bos=True, add_eos=True, normalize=True, prompt="", prompts=None,
-                 **kwargs):
+                 default_prompt_name=None, **kwargs):
         kwargs["trainable"] = False
         super().__init__(**kwargs)
         if max_length < 1 + int(add_bos) + int(add_eos):
@@ -58,6 +60,7 @@ class SubwordTokenizer(keras.layers.Layer):
         self.normalize = normalize
         self.prompt = prompt or ""
         self.prompts = dict(prompts or {})
+        self.default_prompt_name = default_prompt_name
 
     @property
     def vocabulary_size(self):
@@ -149,6 +152,8 @@ class SubwordTokenizer(keras.layers.Layer):
             config["prompt"] = self.prompt
         if self.prompts:
             config["prompts"] = dict(self.prompts)
+        if self.default_prompt_name:
+            config["default_prompt_name"] = self.default_prompt_name
         return config
 
 

@@ -70,35 +70,27 @@ def restore_encoder(encoder, source):
     print(f"Initialized the encoder from {path}")
 
 
-def _bound_data():
-    """The corpora the run's input reads, as gin binds them (`{"make_dataset.corpora": [...]}`)."""
-    data = {}
-    for binding in ("make_dataset.corpora", "make_labeled_dataset.path"):
-        try:
-            data[binding] = gin.query_parameter(binding)
-        except ValueError:
-            continue
-    return data
-
-
-def run_provenance(model_dir, recipe=None, start=None, num_steps=None, global_batch_size=None):
+def run_provenance(model_dir, recipe=None, data=(), start=None, num_steps=None, global_batch_size=None):
     """What an export of this run records of where its weights came from (`export.model_card` renders it):
-    the recipe (`{"gin_files", "gin_params"}` of the command line), the full gin config, the data, the start
-    checkpoint (`train.pretrained` or `init_from`), the run's length and batch."""
+    the recipe (`{"gin_files", "gin_params", "smoke"}` of the command line), the full gin config, the data (the
+    input's `corpora`), the start checkpoint (`train.pretrained` or `init_from`), the run's length and batch."""
     recipe = recipe or {}
     return {"kind": "training", "model_dir": os.path.abspath(model_dir),
             "gin_files": list(recipe.get("gin_files", [])), "gin_params": list(recipe.get("gin_params", [])),
-            "operative_config": os.path.join(model_dir, "operative_config.gin"), "data": _bound_data(),
+            "smoke": bool(recipe.get("smoke")),
+            "operative_config": os.path.join(model_dir, "operative_config.gin"), "data": list(data),
             "start": start, "num_steps": num_steps, "global_batch_size": global_batch_size}
 
 
-def _dev_results(model_dir, step):
-    """The rows of `model_dir/eval_results.jsonl` up to `step` (none before the first evaluation)."""
+def _dev_results(model_dir, step=None):
+    """The rows of `model_dir/eval_results.jsonl` up to `step` (all without one), one a step: a step evaluated
+    again after resuming keeps its last row."""
     path = os.path.join(model_dir, "eval_results.jsonl")
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
-        return [row for row in map(json.loads, f) if row["step"] <= step]
+        rows = {row["step"]: row for row in map(json.loads, f) if step is None or row["step"] <= step}
+    return [rows[s] for s in sorted(rows)]
 
 
 class Exporter:
@@ -107,7 +99,8 @@ class Exporter:
     The main model (`"encoder"`) goes to `model_dir/export/<step>` and
     `export/final`, any other to `export/<name>/<step>` and `export/<name>/final`;
     only the chief's copies stay. Each export records `provenance`
-    (`run_provenance`) with the run's dev figures so far.
+    (`run_provenance`) with the run's dev figures up to its step (`best`:
+    all so far, which show the later steps it beat).
     """
 
     def __init__(self, model, model_dir, chief, provenance=None):
@@ -120,8 +113,9 @@ class Exporter:
     def __call__(self, step, final=False, selection=None):
         """Exports this step as `<step>` (and `final`), or with a `selection` as `best`; returns the main path."""
         paths = {}
-        provenance = self.provenance | {"dev_results": _dev_results(self.model_dir, step)}
-        if not os.path.exists(provenance["operative_config"]):
+        provenance = self.provenance | {
+            "dev_results": _dev_results(self.model_dir, None if selection else step) if self.chief else []}
+        if not (self.chief and os.path.exists(provenance["operative_config"])):
             provenance["operative_config"] = None
         for name, (tokenizer, encoder) in self.model.exports().items():
             root = self.root if self.chief else tempfile.mkdtemp(prefix="tf_msemb_export_")
@@ -327,7 +321,7 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (`objectives.gradient_cache`): the same gradient as the plain step, in
     the memory of one chunk's encoder activations, so the batch can exceed
     what fits at once. `recipe` (`{"gin_files", "gin_params"}`, the command
-    line's) goes into every export's provenance and model card.
+    line's, and `smoke`) goes into every export's provenance and model card.
     Returns `{"export", "steps" (run now), "pairs_per_second", "seconds",
     "eval_seconds"}`, the rate measured after the first log line so start-up
     and tracing do not count; evaluation's share of the run is printed.
@@ -363,8 +357,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
             f.write(gin.operative_config_str())
     first_step = int(model.optimizer.iterations.numpy())
     settings = LoopSettings(num_steps, log_every, checkpoint_every, export_every, max_train_minutes, eval_every)
-    exporter = Exporter(model, model_dir, chief, run_provenance(model_dir, recipe, pretrained or init_from,
-                                                                num_steps, global_batch_size))
+    exporter = Exporter(model, model_dir, chief, run_provenance(model_dir, recipe, getattr(inputs, "corpora", []),
+                                                                pretrained or init_from, num_steps, global_batch_size))
     with RunLog(model_dir if chief else None, ProgressLine(num_steps, global_batch_size, first_step)) as log:
         evaluate = DevSteps(dev, model, exporter, state, log, model_dir, chief) if dev.evaluators else None
         step = train_loop(_make_step_function(model, strategy, inputs, jit_compile), model, inputs, checkpoints,
