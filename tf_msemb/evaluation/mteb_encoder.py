@@ -18,6 +18,7 @@ another.
 
 import json
 import os
+import re
 
 import numpy as np
 from mteb.models import ModelMeta
@@ -42,6 +43,13 @@ def export_name(path):
     if os.path.basename(parent) == "export":
         return f"tf_msemb/{os.path.basename(os.path.dirname(parent))}-{version}"
     return f"tf_msemb/{version}"
+
+
+def _revision(metadata):
+    """MTEB's revision folder of an export: `step-<n>` for a training step, else its creation time (digits)."""
+    if metadata.get("training_step") is not None:
+        return f"step-{metadata['training_step']}"
+    return re.sub(r"[^0-9T]", "", metadata.get("created") or "") or "export"
 
 
 class ExportEncoder(AbsEncoder):
@@ -73,7 +81,7 @@ class ExportEncoder(AbsEncoder):
         self.model = load_model(self.path)
         self.mteb_model_meta = ModelMeta.create_empty(overwrites=dict(
             name=name or export_name(self.path),
-            revision=str(self.metadata.get("training_step") or self.metadata.get("created") or "export"),
+            revision=_revision(self.metadata),
             framework=["TensorFlow"],
             similarity_fn_name=ScoringFunction.COSINE,
             embed_dim=self.metadata.get("embedding_dim"),
