@@ -141,6 +141,7 @@ def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     card = open(tmp_path / "out" / CARD_FILE, encoding="utf-8").read()
     assert f"| source | {directory} |" in card and "tools/export_pretrained.py --model=" in card
+    assert "No dev figures are recorded for an export of a pretrained checkpoint" in card
     assert "| default prompt name | none |" in card
     if precision:
         assert "| compute precision | int8 (calibrated on the first 300 lines at most of" in card

@@ -110,7 +110,10 @@ def _provenance(metadata):
 def _dev_results(metadata):
     results = (metadata.get("provenance") or {}).get("dev_results") or []
     if not results:
-        return "No dev evaluation ran in training (`train.evaluators`); evaluate it with `python -m tf_msemb.evaluate`."
+        reason = ("No dev evaluation ran in training (`train.evaluators`)"
+                  if (metadata.get("provenance") or {}).get("kind") == "training"
+                  else "No dev figures are recorded for an export of a pretrained checkpoint")
+        return f"{reason}; evaluate it with `python -m tf_msemb.evaluate` (`--task=mteb` for MTEB's tasks)."
     columns = list(dict.fromkeys(k for row in results for k in row if k != "step" and k.count("/") == 1))
     lines = ["| step | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for row in results:
