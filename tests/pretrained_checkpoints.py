@@ -96,3 +96,29 @@ def xlm_roberta_unknown_at_three(target):
     with open(os.path.join(target, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(document, f, ensure_ascii=False)
     return str(target)
+
+
+def e5_like(target):
+    """A tiny checkpoint of multilingual-e5-small's layout in `target`; returns it.
+
+    The `xlm_roberta_tokenizer_json` fixture (a `tokenizer.json`-only unigram vocabulary with XLM-R's special
+    ids, mean pooling, Normalize, prompts `query: ` / `passage: `) recast as e5-small is: a BERT architecture
+    (positions from 0, two token types) and no default prompt. Weights stay the fixture's (one more token-type row).
+    """
+    from safetensors.numpy import load_file
+    from safetensors.numpy import save_file
+
+    shutil.copytree(checkpoint("xlm_roberta_tokenizer_json"), target)
+    for name, update in (("config.json", {"model_type": "bert", "architectures": ["BertModel"], "type_vocab_size": 2}),
+                         ("config_sentence_transformers.json", {"default_prompt_name": None})):
+        path = os.path.join(target, name)
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(content | update, f, indent=1)
+    weights_file = os.path.join(target, "model.safetensors")
+    tensors = load_file(weights_file)
+    types = "embeddings.token_type_embeddings.weight"
+    tensors[types] = np.concatenate([tensors[types], tensors[types][::-1] * 0.5])
+    save_file(tensors, weights_file, metadata={"format": "pt"})
+    return str(target)

@@ -77,3 +77,20 @@ def test_contrastive_recipes_on_a_vocabulary_with_language_tokens(tmp_path, spm_
                 "SentencePieceTokenizer.max_length = 48")
     assert "step 3/3 loss" in out and objective_metric in out
     assert (tmp_path / "model" / "export" / "final" / "saved_model.pb").exists()
+
+
+def test_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
+    """The recipe's own preparation (teacher vectors of the start) and training, START bound to a tiny checkpoint
+    of multilingual-e5-small's layout (its prompts unused, as the recipe says)."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}",
+         f"--manifest={quickstart_records}", "--output_dir=teacher"], tmp_path)
+    out = train("distill_e5small.gin", tmp_path / "distill", f"START = '{start}'",
+                f"make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']",
+                "MultilingualDistillation.teacher_dim = 32")
+    assert "step 3/3 loss" in out and "mse_tgt" in out and "dev/xsts mean" in out
+    with open(tmp_path / "distill" / "export" / "final" / "tf_msemb_export.json", encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert metadata["prompt"] == "" and metadata["prompts"] == {"document": "passage: ", "query": "query: "}

@@ -209,7 +209,7 @@ def test_distillation_teacher_from_an_export_or_a_pretrained_model(model_dir, to
     assert results["mse_src"] == pytest.approx(0.0, abs=1e-5) and results["mse_tgt"] > 0.01
 
     encoder = _tiny_export(tokenizer, str(tmp_path / "unused"), 7)
-    monkeypatch.setattr("tf_msemb.evaluation.distillation.load_teacher", lambda name: (tokenizer, encoder))
+    monkeypatch.setattr("tf_msemb.evaluation.distillation.load_teacher", lambda name, prompt=None: (tokenizer, encoder))
     teacher = l2_normalize(encoder(tokenizer(tf.constant(sentences)), training=False)).numpy()
     expected = np.mean(np.sum((teacher - student(sentences)) ** 2, axis=1))
     results = DistillationMSE([(english, german)], "some-pretrained-model").evaluate(student)["held.en / held.de"]

@@ -12,6 +12,7 @@ from tf_msemb.data import pipeline  # noqa: F401
 from tf_msemb.evaluation import classification  # noqa: F401
 from tf_msemb.evaluation import distillation  # noqa: F401
 from tf_msemb.evaluation import mining  # noqa: F401
+from tf_msemb.evaluation import multilingual_dev  # noqa: F401
 from tf_msemb.evaluation import retrieval  # noqa: F401
 from tf_msemb.evaluation import sts  # noqa: F401
 from tf_msemb.models import encoder  # noqa: F401

@@ -48,3 +48,37 @@ def test_vectors_are_the_teachers_and_the_run_resumes(tiny_teacher, quickstart_r
 def test_not_a_manifest(tiny_teacher, tmp_path):
     with pytest.raises(CorpusError, match="Not a corpus manifest"):
         add_teacher_vectors(str(tmp_path / "x.tfrecord"), *tiny_teacher, "tiny", str(tmp_path / "o"))
+
+
+class CountingEncoder(tf.keras.layers.Layer):
+    """The teacher, counting the sentences it encodes (in a variable, so calls inside a tf.function count)."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+        self.encoded = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def call(self, inputs, training=False):
+        self.encoded.assign_add(tf.cast(tf.shape(inputs["token_ids"])[0], tf.int64))
+        return self.encoder(inputs, training=training)
+
+
+def test_each_distinct_source_sentence_is_encoded_once_and_its_vector_reused(tiny_teacher, quickstart_records,
+                                                                             tmp_path):
+    """The quickstart corpus pairs the same English sentences with de, fr and es: three records, one encoding."""
+    tokenizer, encoder = tiny_teacher
+    counting = CountingEncoder(encoder)
+    manifest = add_teacher_vectors(quickstart_records, tokenizer, counting, "tiny", str(tmp_path), batch_size=7,
+                                   verbose=False)
+    vectors = {}
+    for info in manifest["pairs"].values():
+        for name in info["files"]:
+            records = tf.constant(list(tf.data.TFRecordDataset(str(tmp_path / name)).as_numpy_iterator()))
+            parsed = parse_examples(records, [TeacherVectors(8)])
+            for sentence, vector in zip(parsed["src"].numpy(), parsed["teacher"].numpy()):
+                vectors.setdefault(sentence, []).append(vector)
+    records = sum(len(found) for found in vectors.values())
+    assert records == sum(info["examples"] for info in manifest["pairs"].values()) > 2 * len(vectors)
+    assert int(counting.encoded.numpy()) == len(vectors)
+    for found in vectors.values():
+        np.testing.assert_array_equal(np.stack(found), np.broadcast_to(found[0], (len(found), 8)))

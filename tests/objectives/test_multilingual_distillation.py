@@ -46,7 +46,7 @@ def test_precomputed_teacher_with_projection(tokenizer, teacher, quickstart_reco
 
 
 def test_live_teacher_stays_frozen_and_matches_precomputed_loss(tokenizer, teacher, quickstart_records, monkeypatch):
-    monkeypatch.setattr(md, "load_teacher", lambda name: teacher)
+    monkeypatch.setattr(md, "load_teacher", lambda name, prompt=None: teacher)
     student = SentenceEncoder(tokenizer.vocabulary_size, **{**TINY, "hidden_dim": 12})
     model = _compile(md.MultilingualDistillation(student, teacher="tiny"))
     assert model.teacher_dim == 12 and model.encoder is student

@@ -73,6 +73,17 @@ def test_a_teacher_keeps_its_own_pooling_and_normalization_whatever_the_students
     assert (teacher.pooling_spec, teacher.normalize) == ("first", True) and not teacher.trainable_variables
 
 
+def test_a_teacher_takes_its_own_prompt_not_the_students(clean_gin):
+    """The student bound to a prompt the teacher's checkpoint lacks (it would become the literal text "query")."""
+    gin.parse_config("load_pretrained.prompt = 'document'")
+    prompted = checkpoint("xlm_roberta_tokenizer_json")  # prompts query / document, default query
+    student_tokenizer, _ = load_pretrained(prompted)
+    assert student_tokenizer.prompt == "passage: "
+    assert load_teacher(prompted)[0].prompt == "query: "  # the checkpoint's default, not the binding
+    assert load_teacher(prompted, prompt="document")[0].prompt == "passage: "
+    assert load_teacher(checkpoint(TEACHER))[0].prompt == ""
+
+
 def test_live_teacher_tokenizes_the_source_with_its_own_tokenizer(quickstart_records):
     tokenizer, student = _student()
     model = _compile(MultilingualDistillation(student, teacher=checkpoint(TEACHER)))

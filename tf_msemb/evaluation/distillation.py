@@ -19,17 +19,17 @@ from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.teacher import load_teacher
 
 
-def teacher_embed(teacher, batch_size=64):
+def teacher_embed(teacher, batch_size=64, prompt=None):
     """`embed` of a teacher: a callable as it is; else an export directory or training model_dir
     (`encoding.load_model`), or failing that a `models.teacher.load_teacher` name or directory
-    (its vectors L2-normalized, as an export's are)."""
+    with `prompt` (its vectors L2-normalized, as an export's are)."""
     if callable(teacher):
         return teacher
     try:
         model = load_model(teacher)
     except FileNotFoundError as not_an_export:
         try:
-            tokenizer, encoder = load_teacher(teacher)
+            tokenizer, encoder = load_teacher(teacher, prompt)
         except (ValueError, OSError) as not_pretrained:
             reason = str(not_pretrained).strip().splitlines()[0] if str(not_pretrained).strip() else "unknown"
             raise FileNotFoundError(f"Teacher {teacher!r} is neither an export ({not_an_export}) nor a pretrained "
@@ -62,13 +62,14 @@ class DistillationMSE(Evaluator):
             directory (see `teacher_embed`). Its vectors of every source side
             are computed here, once; the teacher is not kept.
         batch_size: sentences per teacher batch.
+        teacher_prompt: a pretrained teacher's prompt (`load_teacher`; None: its checkpoint's default).
         name: the metric prefix.
     """
 
-    def __init__(self, pairs, teacher, batch_size=64, name="distillation"):
+    def __init__(self, pairs, teacher, batch_size=64, teacher_prompt=None, name="distillation"):
         self.name = name
         self.sets = aligned_sets(pairs, "DistillationMSE.pairs")
-        embed_teacher = Memoized(teacher_embed(teacher, batch_size))  # the source side is often shared
+        embed_teacher = Memoized(teacher_embed(teacher, batch_size, teacher_prompt))  # the source side is often shared
         self.teacher_vectors = {name: embed_teacher(src) for name, (src, _) in self.sets.items()}
 
     def evaluate(self, embed):

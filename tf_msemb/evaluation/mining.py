@@ -22,6 +22,8 @@ margin score among the k. By default each margin follows its paper
 sentence used once.
 """
 
+import dataclasses
+
 import gin
 import numpy as np
 
@@ -193,6 +195,23 @@ def read_gold(path):
     return pairs
 
 
+@dataclasses.dataclass(frozen=True)
+class MiningSplit:
+    """One split of a mining set: the two pools (ids and sentences) and the gold `(source id, target id)` pairs."""
+
+    src_ids: list
+    src: list
+    tgt_ids: list
+    tgt: list
+    gold: set
+
+
+def read_split(files):
+    """A `MiningSplit` from `(source file, target file, gold file)` (`id<TAB>sentence` pools, `id1<TAB>id2` gold)."""
+    src, tgt, gold = files
+    return MiningSplit(*read_id_sentences(src), *read_id_sentences(tgt), read_gold(gold))
+
+
 def mine(x, y, k=4, margin="ratio", selection="max", threshold=None, index="exact", pick=None, **search_options):
     """Mined `(score, i, j)` pairs of two pools, best first, keeping scores >= `threshold` when given."""
     chosen = select(*margin_candidates(x, y, k, margin, index, pick, **search_options), selection)
@@ -215,7 +234,8 @@ class MiningEvaluator(Evaluator):
     as it is, to the test split, as BUCC prescribes.
 
     Args:
-        train: `(source file, target file, gold file)`: `id<TAB>sentence` pools and `id1<TAB>id2` gold pairs.
+        train: `(source file, target file, gold file)`: `id<TAB>sentence` pools and `id1<TAB>id2` gold pairs,
+            or a `MiningSplit` built in memory.
         test: the same for the test split, or None.
         k: neighbours per direction of the margin.
         margin: one of `MARGINS`.
@@ -247,20 +267,21 @@ class MiningEvaluator(Evaluator):
         self.index = search.checked_index(index)
         splits = {"train": train} | ({"test": test} if test else {})
         self.derived_rows = ("train",) if test else ()
-        self.splits = {}
-        for split, (src, tgt, gold) in zip(splits, file_tuples(splits.values(), ("source", "target", "gold"))):
-            self.splits[split] = (read_id_sentences(src), read_id_sentences(tgt), read_gold(gold))
+        self.splits = {split: given if isinstance(given, MiningSplit) else
+                       read_split(file_tuples([given], ("source", "target", "gold"))[0])
+                       for split, given in splits.items()}
 
     def _mine(self, split, embed):
         """Candidates `(score, src_id, tgt_id)` of a split, and its gold pairs."""
-        (src_ids, src), (tgt_ids, tgt), gold = self.splits[split]
-        forward, backward = margin_candidates(embed(src), embed(tgt), self.k, self.margin, self.index, self.pick,
-                                              **self.search_options)
-        return [(s, src_ids[i], tgt_ids[j]) for s, i, j in select(forward, backward, self.selection)], gold
+        pools = self.splits[split]
+        forward, backward = margin_candidates(embed(pools.src), embed(pools.tgt), self.k, self.margin, self.index,
+                                              self.pick, **self.search_options)
+        chosen = select(forward, backward, self.selection)
+        return [(s, pools.src_ids[i], pools.tgt_ids[j]) for s, i, j in chosen], pools.gold
 
     def evaluate(self, embed):
         threshold, metrics = best_threshold(*self._mine("train", embed))
-        results = {"train": metrics | {"threshold": threshold, "size": len(self.splits["train"][2])}}
+        results = {"train": metrics | {"threshold": threshold, "size": len(self.splits["train"].gold)}}
         if "test" in self.splits:
             candidates, gold = self._mine("test", embed)
             kept = [(i, j) for s, i, j in candidates if s >= threshold]

@@ -10,11 +10,14 @@ normalization) describe the student and are not applied to it.
 from tf_msemb.models.pretrained import load_pretrained
 
 
-def load_teacher(name_or_path):
+def load_teacher(name_or_path, prompt=None):
     """`(tokenizer, encoder)` of a teacher, frozen, with its checkpoint's own pooling, normalization and text.
 
-    Only `load_pretrained.max_length` still applies (a cut of long inputs, as `--smoke` makes).
+    Only `load_pretrained.max_length` still applies (a cut of long inputs, as `--smoke` makes). `prompt` (a
+    prompt name of the checkpoint or a text; None: its default prompt, if any) is the teacher's own, whatever
+    `load_pretrained.prompt` the student is bound to.
     """
-    tokenizer, encoder = load_pretrained(name_or_path, pooling=None, normalize=None, text_normalization=False)
+    tokenizer, encoder = load_pretrained(name_or_path, pooling=None, normalize=None, text_normalization=False,
+                                         prompt=prompt)
     encoder.trainable = False
     return tokenizer, encoder

@@ -26,11 +26,13 @@ class MultilingualDistillation(Objective):
         teacher: a name or path for `load_teacher` (live teacher: its own
             tokenizer, pooling and width), or None to read precomputed vectors.
         teacher_dim: width of the precomputed vectors (needed without a live teacher).
+        teacher_prompt: a live teacher's prompt (`load_teacher`; None: its checkpoint's default); precomputed
+            vectors take theirs from `tools/precompute_teacher.py --prompt`.
         projection: `"dense"` adds a learned projection when the student's
             width differs from the teacher's; `"error"` refuses instead.
     """
 
-    def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", **kwargs):
+    def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", teacher_prompt=None, **kwargs):
         super().__init__(encoder, **kwargs)
         if teacher is None and teacher_dim is None:
             raise ValueError(
@@ -39,7 +41,7 @@ class MultilingualDistillation(Objective):
             )
         self.teacher_tokenizer, self.teacher = (None, None)
         if teacher is not None:
-            self.teacher_tokenizer, self.teacher = load_teacher(teacher)
+            self.teacher_tokenizer, self.teacher = load_teacher(teacher, teacher_prompt)
             self.teacher.trainable = False
             if teacher_dim is not None and teacher_dim != self.teacher.output_dim:
                 raise ValueError(f"teacher_dim={teacher_dim} but teacher {teacher!r} outputs {self.teacher.output_dim}.")

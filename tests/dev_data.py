@@ -1,0 +1,70 @@
+"""A data folder of ../shared/data's layout (Multi30k, STS-b in eleven languages, Tatoeba), small and with known
+flaws, and a fake encoder whose figures on it follow by hand (tests of the multilingual dev table)."""
+
+import gzip
+import re
+import zlib
+
+import numpy as np
+
+from tf_msemb.evaluation.multilingual_dev import MULTI30K_LANGUAGES
+from tf_msemb.evaluation.multilingual_dev import XSTS_LANGUAGES
+
+N_TRAIN, N_VAL, N_STS, N_TATOEBA = 90, 12, 9, 6
+MISTRANSLATED_CS = 3  # Czech val lines 0..2 carry the meaning of the next of them (0 that of 1, ..., 2 that of 0)
+KEY = re.compile(r"#(\w+)")
+WORDS = ["a dog runs", "two men", "the woman sings", "a red car", "children play", "on the beach", "a big house",
+         "at night", "the old man"]  # so that a real encoder's cosines vary from row to row
+ONE_HOT = {}  # key -> its dimension, given on first sight
+
+
+def key_vectors(sentences, dim=512):
+    """The fake encoder: a sentence's vector follows from its meaning key `#key` alone (its translations share it),
+    so every figure follows from which keys the data pair. Caption and Tatoeba keys get one-hot vectors (distinct
+    meanings have cosine 0, so every margin score is exact, and the data's wrong lines carry another line's key, so
+    no nearest neighbour is a tie); STS keys get random dense ones (graded cosines)."""
+    rows = []
+    for sentence in sentences:
+        key = KEY.search(sentence).group(1)
+        if key.startswith("r") or key.startswith("de"):
+            vector = np.random.default_rng(zlib.crc32(key.encode())).standard_normal(dim)
+        else:
+            vector = np.zeros(dim)
+            vector[ONE_HOT.setdefault(key, len(ONE_HOT))] = 1.0
+        rows.append(vector / np.linalg.norm(vector))
+    return np.asarray(rows, np.float32).reshape(len(rows), dim)
+
+
+def caption(lang, key):
+    return f"{lang} caption #{key} on a street"
+
+
+def write_dev_data(root):
+    """A data folder with the layout of ../shared/data: Multi30k (one duplicate train line that must not be drawn
+    twice), STS-b dev in en + ten languages (German sentence 2 of rows 0-2 mistranslated) and Tatoeba."""
+    m30k = root / "multi30k"
+    m30k.mkdir(parents=True)
+    for lang in ("en", *MULTI30K_LANGUAGES):
+        train = [caption(lang, f"t{i}") for i in range(N_TRAIN)]
+        train[7] = train[3]  # a repeated caption: it may be drawn once at most
+        val = [caption(lang, f"v{(i + 1) % MISTRANSLATED_CS if lang == 'cs' and i < MISTRANSLATED_CS else i}")
+               for i in range(N_VAL)]
+        for split, lines in (("train", train), ("val", val)):
+            with gzip.open(m30k / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+    stsb = root / "stsb_multi_mt"
+    stsb.mkdir()
+    gold = [4.5, 0.5, 3.0, 2.0, 5.0, 1.5, 3.5, 2.5, 4.0]
+    for lang in ("en", *XSTS_LANGUAGES):
+        rows = []
+        for i, score in enumerate(gold):
+            second = f"r{i}b" if lang != "de" or i >= 3 else f"de{i}"
+            rows.append(f'"{lang} first #r{i}a {WORDS[i]}",{lang} second #{second} {WORDS[-1 - i]},{score}')
+        (stsb / f"stsb-{lang}-dev.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    tatoeba = root / "tatoeba"
+    tatoeba.mkdir()
+    (tatoeba / "tatoeba.deu-eng.deu").write_text(
+        "\n".join(f"Satz #q{1 - i if i < 2 else i}" for i in range(N_TATOEBA)) + "\n", encoding="utf-8")
+    (tatoeba / "tatoeba.deu-eng.eng").write_text("\n".join(f"sentence #q{i}" for i in range(N_TATOEBA)) + "\n",
+                                                 encoding="utf-8")
+    return gold
