@@ -98,6 +98,10 @@ def test_every_figure_equals_its_hand_value(tmp_path):
     assert found["tatoeba"] == pytest.approx(100 * (N_TATOEBA - 2) / N_TATOEBA)
     assert found["mining f1"] == pytest.approx(100 * (3 - wrong) / 3)
     assert dev.summary(rows) == {f"dev/{figure}": value for figure, value in found.items()}
+    flat = dev(key_vectors)  # what training logs and selects on: every row, and the figures
+    assert flat["dev/xsts mean"] == pytest.approx(found["xsts mean"])
+    assert flat["dev/mining f1"] == pytest.approx(found["mining f1"])
+    assert flat["dev/stsb dev en-de/spearman"] == pytest.approx(rows["stsb dev en-de"]["spearman"])
 
 
 def test_parts_choose_the_sets(tmp_path):

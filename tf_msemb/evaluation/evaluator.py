@@ -40,7 +40,8 @@ class Evaluator:
         return set_means(self.name, per_set, self.derived_rows, self.setting_metrics)
 
     def __call__(self, embed):
-        return flatten(self.name, self.evaluate(embed), self.derived_rows, self.setting_metrics)
+        per_set = self.evaluate(embed)
+        return flatten(self.name, per_set, self.derived_rows, self.setting_metrics) | self.summary(per_set)
 
 
 def set_means(name, per_set, derived_rows=(), setting_metrics=()):
