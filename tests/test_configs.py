@@ -94,3 +94,31 @@ def test_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quicks
     with open(tmp_path / "distill" / "export" / "final" / "tf_msemb_export.json", encoding="utf-8") as f:
         metadata = json.load(f)
     assert metadata["prompt"] == "" and metadata["prompts"] == {"document": "passage: ", "query": "query: "}
+
+
+def test_ema_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
+    """Seed 000 stage 2 on the start of configs/start/e5small.gin: the teacher moves (tau logged) and the export
+    normalizes text as the paper does."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    out = train("ema_distill_e5small.gin", tmp_path / "ema", f"START = '{start}'",
+                f"make_dataset.corpora = ['{quickstart_records}']")
+    assert "step 3/3 loss" in out and " tau " in out and "dev/xsts mean" in out
+    with open(tmp_path / "ema" / "export" / "final" / "tf_msemb_export.json", encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert metadata["prompt"] == "" and metadata["tokenizer"]["config"]["normalize"] is True
+
+
+def test_bide_ams_e5small_on_negatives_mined_by_its_start(tmp_path, quickstart_records):
+    """Seed 004's recipe with its own preparation: the start exported, five negatives a pair mined by it, and
+    the dual encoder trained on them (the hard-negative feature read)."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    run([f"{REPO}/tools/export_pretrained.py", f"--model={start}", "--output=start_export", "--prompt="], tmp_path)
+    run([f"{REPO}/tools/mine_hard_negatives.py", "--model=start_export", f"--corpus={quickstart_records}",
+         "--output_dir=hard", "--prefix=qs_hard", "--num_negatives=5"], tmp_path)
+    out = train("bide_ams_e5small.gin", tmp_path / "bide", f"START = '{start}'",
+                f"make_dataset.corpora = ['{tmp_path}/hard/qs_hard.manifest.json']")
+    assert "step 3/3 loss" in out and "accuracy" in out and "dev/xsts mean" in out
