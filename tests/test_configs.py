@@ -122,3 +122,14 @@ def test_bide_ams_e5small_on_negatives_mined_by_its_start(tmp_path, quickstart_r
     out = train("bide_ams_e5small.gin", tmp_path / "bide", f"START = '{start}'",
                 f"make_dataset.corpora = ['{tmp_path}/hard/qs_hard.manifest.json']")
     assert "step 3/3 loss" in out and "accuracy" in out and "dev/xsts mean" in out
+
+
+def test_moco_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
+    """Seed 002 on the start of configs/start/e5small.gin: one shared base encoder, its momentum copy, two queues."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    out = train("moco_e5small.gin", tmp_path / "moco", f"START = '{start}'",
+                f"make_dataset.corpora = ['{quickstart_records}']")
+    assert "step 3/3 loss" in out and "accuracy" in out and "dev/xsts mean" in out
+    assert not (tmp_path / "moco" / "export" / "target").exists()
