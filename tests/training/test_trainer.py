@@ -175,3 +175,49 @@ def test_train_gives_each_replica_its_own_dropout_after_restoring(tokenizer, qui
     [(strategy, paths)] = calls
     assert strategy is two_device_strategy
     assert len(paths) >= 3 and all(path.endswith("seed_generator_state") for path in paths)
+
+
+def test_frozen_token_embeddings_stay_put_in_student_teacher_and_export(tokenizer, quickstart_records, tmp_path,
+                                                                         capsys, monkeypatch):
+    """`train.frozen_embeddings` on seed 000's objective: after two steps the student's table is its initial one
+    and so is the EMA teacher's, while every other weight of both moved; the optimizer keeps no moments for the
+    table, and the export lists it among its variables, not its trainable ones."""
+    import functools
+
+    from tf_msemb.data.pipeline import make_distributed_dataset
+    from tf_msemb.training import trainer
+
+    def encoder(vocabulary_size, max_sequence_length):
+        return SentenceEncoder(vocabulary_size, max_sequence_length=max_sequence_length, **TINY)
+
+    capture = {}
+    build = trainer.build_objective
+
+    def keep(*args, **kwargs):
+        model, model_tokenizer = build(*args, **kwargs)
+        capture["model"] = model
+        capture["start"] = {id(w): w.numpy() for w in model.encoder.weights}
+        return model, model_tokenizer
+
+    keras.utils.set_random_seed(5)
+    monkeypatch.setattr(trainer, "build_objective", keep)
+    trainer.train(str(tmp_path / "run"), tokenizer=tokenizer, encoder=encoder, global_batch_size=8, num_steps=2,
+                  objective=functools.partial(EMATeacherDistillation, tau_base=0.5, schedule="constant"),
+                  log_every=1, frozen_embeddings=True,
+                  dataset_fn=functools.partial(make_distributed_dataset, corpora=[quickstart_records], max_tokens=48))
+    assert "Token embeddings frozen" in capsys.readouterr().out
+    model = capture["model"]
+    table = model.encoder.backbone.token_embedding.embeddings
+    start = capture["start"]
+    teacher_table = model.teacher.backbone.token_embedding.embeddings
+    np.testing.assert_array_equal(table.numpy(), start[id(table)])
+    np.testing.assert_array_equal(teacher_table.numpy(), start[id(table)])
+    others = [(s, t) for s, t in zip(model.encoder.weights, model.teacher.weights) if s is not table]
+    assert min(np.abs(s.numpy() - start[id(s)]).max() for s, _ in others if s.trainable) > 0
+    assert min(np.abs(t.numpy() - start[id(s)]).max() for s, t in others if s.trainable) > 0
+    moments = [v for v in model.optimizer.variables if tuple(v.shape) == tuple(table.shape)]
+    assert not moments
+    loaded = tf.saved_model.load(str(tmp_path / "run" / "export" / "final"))
+    shapes = lambda variables: [tuple(v.shape) for v in variables]
+    assert tuple(table.shape) in shapes(loaded.variables)
+    assert tuple(table.shape) not in shapes(loaded.trainable_variables)

@@ -2,6 +2,7 @@
 
 import gin
 import keras
+import keras_hub
 import tensorflow as tf
 from absl import logging
 from keras import ops
@@ -183,6 +184,26 @@ def set_packed_training(model, enabled):
     for embedder in embedders:
         embedder.packed_training = enabled
     return len(embedders)
+
+
+def freeze_token_embeddings(model):
+    """Makes the token embedding table of every backbone inside `model` non-trainable; returns the tables.
+
+    A frozen table gets no gradient, no optimizer moments and no update (the
+    momentum copies of seed 000 and seed 002 skip it too: it stays what they
+    copied). Position and token-type embeddings and everything above train
+    as before. An export of the model lists the table among its `variables`
+    but not its `trainable_variables`, so fine-tuning the export keeps it
+    frozen as training did.
+    """
+    backbones = [layer for layer in ensure_built(model)._flatten_layers(include_self=True)
+                 if isinstance(layer, keras_hub.models.Backbone)]
+    tables = [backbone.token_embedding for backbone in backbones if backbone.token_embedding is not None]
+    if not tables:
+        raise ValueError(f"{model.name} has no backbone with a token embedding table to freeze.")
+    for table in tables:
+        table.trainable = False
+    return tables
 
 
 def ensure_built(encoder):

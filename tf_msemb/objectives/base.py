@@ -164,14 +164,18 @@ class Objective(keras.Model):
         occurrence of a repeated token apart (its second moment sums g_i^2,
         not (sum g_i)^2) and densifies them once per moment (MiniLM: 0.2 s of
         a 1.2 s step). Replicas then all-reduce the whole table's gradient.
+        An optimizer that updates touched rows only (`touched_rows`,
+        `training.touched_rows`) gets the slices as they are.
         """
         variables = self.trainable_variables if variables is None else variables
         self.apply_gradients(tape.gradient(scaled_loss, variables), variables)
 
     def apply_gradients(self, gradients, variables):
         """Applies this replica's gradients of the scaled loss (densified, clipped as in `minimize`)."""
-        gradients = [_dense(g) for g in gradients]
-        clip_norm = getattr(getattr(self.optimizer, "inner_optimizer", self.optimizer), "global_clipnorm", None)
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        if not getattr(optimizer, "touched_rows", False):
+            gradients = [_dense(g) for g in gradients]
+        clip_norm = getattr(optimizer, "global_clipnorm", None)
         if clip_norm:
             # Gradients of a scaled loss (mixed_float16) are scaled too; so is the threshold.
             gradients = clip_summed_gradients(gradients, clip_norm * self.optimizer.scale_loss(1.0))

@@ -25,6 +25,17 @@ def gather_candidates(*tensors):
     return gathered, tf.range(local_batch) + offset
 
 
+def summed_slices(gradient):
+    """`IndexedSlices` with each row once, holding the sum of its slices (a gather's gradient repeats a row per use).
+
+    What the dense gradient holds on those rows: its norm, and Adam's second
+    moment, are of the sum, not of each use.
+    """
+    rows, position = tf.unique(gradient.indices)
+    values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
+    return tf.IndexedSlices(values, rows, gradient.dense_shape)
+
+
 def clip_summed_gradients(gradients, clip_norm):
     """This replica's share of the replicas' summed gradient, clipped to `clip_norm` by its global norm.
 
@@ -34,15 +45,21 @@ def clip_summed_gradients(gradients, clip_norm):
     sums the gradients itself, clips that sum, and hands the optimizer
     `sum / n`, which the optimizer's own summation turns back into the
     clipped sum (its per-replica clipping, if any, no longer binds).
-    Gradients are dense (`Objective.minimize` densifies embedding slices).
+    An embedding table's `IndexedSlices` (kept for a touched-rows optimizer)
+    stay slices: all-reduced by concatenation, each row summed once
+    (`summed_slices`) before the norm, their values scaled.
     """
     present = [i for i, g in enumerate(gradients) if g is not None]
     values = [gradients[i] for i in present]
     replicas = num_replicas()
     if replicas > 1:
         values = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, values)
+    values = [summed_slices(v) if isinstance(v, tf.IndexedSlices) else v for v in values]
     values, _ = tf.clip_by_global_norm(values, clip_norm)
     clipped = list(gradients)
     for i, value in zip(present, values):
-        clipped[i] = value / replicas
+        if isinstance(value, tf.IndexedSlices):
+            clipped[i] = tf.IndexedSlices(value.values / replicas, value.indices, value.dense_shape)
+        else:
+            clipped[i] = value / replicas
     return clipped

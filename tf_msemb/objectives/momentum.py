@@ -24,7 +24,12 @@ def momentum_copy(encoder):
 
 
 def momentum_update(copy, source, momentum):
-    """`copy <- momentum * copy + (1 - momentum) * source` over every float weight (seed 002 Eq. 1)."""
+    """`copy <- momentum * copy + (1 - momentum) * source` over every trained float weight (seed 002 Eq. 1).
+
+    A non-trainable source weight (a frozen token table) never moves, so its
+    copy already equals it: the update skips it (a 96M-row pass a step on
+    XLM-R's vocabulary).
+    """
     for copy_weight, source_weight in zip(copy.weights, source.weights):
-        if "float" in str(source_weight.dtype):
+        if "float" in str(source_weight.dtype) and source_weight.trainable:
             copy_weight.assign(momentum * copy_weight + (1.0 - momentum) * source_weight)

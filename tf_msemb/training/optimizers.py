@@ -10,6 +10,8 @@ from tf_msemb.training.fused_adam import FusedAdam
 from tf_msemb.training.fused_adam import FusedAdamW
 from tf_msemb.training.lars import LARS
 from tf_msemb.training.schedules import WarmupDecay
+from tf_msemb.training.touched_rows import TouchedRowsAdam
+from tf_msemb.training.touched_rows import TouchedRowsAdamW
 
 # Biases and normalization parameters are not decayed (BERT / seed 000 practice).
 NO_DECAY = ["bias", "gamma", "beta"]
@@ -53,6 +55,7 @@ def make_optimizer(
     step_at=0.825,
     step_factor=0.1,
     fused=True,
+    embedding_update="dense",
 ):
     """AdamW, Adam, Adam with L2, LARS (warm-up then decay) or SGD (a step); `total_steps` and
     `global_batch_size` come from the train loop.
@@ -75,12 +78,20 @@ def make_optimizer(
     `fused` runs Adam's and AdamW's update as TensorFlow's fused kernel
     (`FusedAdam`, `FusedAdamW`: the same float32 update up to rounding,
     half the optimizer's time); `False` keeps Keras' elementwise ops.
+    `embedding_update="touched_rows"` (Adam and AdamW) updates an embedding
+    table only on the rows the batch touched (`training.touched_rows`: how
+    its moments and decay differ from dense Adam); `"dense"` is Adam's own.
 
     `"sgd"` (with `momentum`; 0 is plain SGD) follows seed 004's step schedule
     instead of warm-up and decay: `learning_rate` until `step_at` of the run,
     then `learning_rate * step_factor` (Sec. 4.2: 0.003, then 0.0003 after 33M
     of 40M steps, so `step_at = 0.825`, `step_factor = 0.1`).
     """
+    if embedding_update not in ("dense", "touched_rows"):
+        raise ValueError(f"make_optimizer.embedding_update is {embedding_update!r}; choose 'dense' or 'touched_rows'.")
+    touched = embedding_update == "touched_rows"
+    if touched and name not in ("adam", "adamw"):
+        raise ValueError(f"make_optimizer.embedding_update = 'touched_rows' is for 'adam' and 'adamw', not {name!r}.")
     if global_batch_size is not None:
         learning_rate = scaled_learning_rate(learning_rate, global_batch_size, scaling, reference_batch_size)
     if name == "sgd":
@@ -94,7 +105,7 @@ def make_optimizer(
         warmup_steps = round(warmup_fraction * total_steps)
     schedule = WarmupDecay(learning_rate, min(warmup_steps, total_steps), total_steps, decay, end_fraction)
     if name == "adamw":
-        optimizer = (FusedAdamW if fused else keras.optimizers.AdamW)(
+        optimizer = (TouchedRowsAdamW if touched else FusedAdamW if fused else keras.optimizers.AdamW)(
             learning_rate=schedule,
             weight_decay=weight_decay,
             beta_1=beta_1,
@@ -105,7 +116,7 @@ def make_optimizer(
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
     if name == "adam":
-        return (FusedAdam if fused else keras.optimizers.Adam)(
+        return (TouchedRowsAdam if touched else FusedAdam if fused else keras.optimizers.Adam)(
             learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm
         )
     if name == "adam_l2":

@@ -23,6 +23,7 @@ from tf_msemb.export.saved_model import copy_version
 from tf_msemb.export.saved_model import export_version
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.encoder import freeze_token_embeddings
 from tf_msemb.models.encoder import set_packed_training
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import RunFacts
@@ -212,8 +213,9 @@ class DevSteps:
         self.seconds += time.perf_counter() - start  # part of what evaluation costs the run
 
 
-def build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision):
-    """The compiled objective around a fresh or pretrained student, and the student's tokenizer."""
+def build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision, frozen_embeddings=False):
+    """The compiled objective around a fresh or pretrained student (its token table frozen with
+    `frozen_embeddings`), and the student's tokenizer."""
     tokenizer = run.tokenizer
     if pretrained is not None:
         tokenizer, student = load_pretrained(pretrained)
@@ -221,6 +223,10 @@ def build_objective(objective, run, encoder, pretrained, init_from, model_dir, p
         student = encoder(vocabulary_size=tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length)
     if init_from and not tf.train.latest_checkpoint(os.path.join(model_dir, "checkpoints")):
         restore_encoder(student, init_from)
+    if frozen_embeddings:
+        for table in freeze_token_embeddings(student):
+            rows, width = table.embeddings.shape
+            print(f"Token embeddings frozen: {table.path} ({rows:,} x {width})", flush=True)
     model = objective(encoder=student, run=dataclasses.replace(run, tokenizer=tokenizer))
     model.build()
     optimizer = make_optimizer(total_steps=run.total_steps, global_batch_size=run.global_batch_size)
@@ -292,7 +298,7 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
           checkpoint_every=1000, keep_checkpoints=3, export_every=None, seed=0, max_train_minutes=None,
           dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False,
           packed_training=True, evaluators=(), eval_every=None, best_metric=None, best_mode="max", patience=None,
-          gradient_cache_chunk=None, recipe=None):
+          gradient_cache_chunk=None, frozen_embeddings=False, recipe=None):
     """Trains `objective(encoder=..., run=...)` and exports what it names (`Objective.exports`).
 
     `model_dir` gets checkpoints (an existing one is resumed exactly: weights,
@@ -320,7 +326,11 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (rows) trains an objective with in-batch negatives by gradient caching
     (`objectives.gradient_cache`): the same gradient as the plain step, in
     the memory of one chunk's encoder activations, so the batch can exceed
-    what fits at once. `recipe` (`{"gin_files", "gin_params"}`, the command
+    what fits at once. `frozen_embeddings` freezes the student's token
+    embedding table (`models.encoder.freeze_token_embeddings`): no gradient,
+    moments or update for its rows, which are most of a large-vocabulary
+    model's parameters (XLM-R's 250K rows: 96M of multilingual-e5-small's
+    118M). `recipe` (`{"gin_files", "gin_params"}`, the command
     line's, and `smoke`) goes into every export's provenance and model card.
     Returns `{"export", "steps" (run now), "pairs_per_second", "seconds",
     "eval_seconds"}`, the rate measured after the first log line so start-up
@@ -339,7 +349,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
                          "dynamic slices, which XLA does not compile; unset train.jit_compile.")
     with strategy.scope(), precision_policy(precision):
         run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk)
-        model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision)
+        model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision,
+                                           frozen_embeddings)
     set_packed_training(model, packed_training)
     inputs = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, features=model.input_features)
     # Dropout's random-seed states are Keras variables that the layers do not
