@@ -43,6 +43,7 @@ from tf_msemb.evaluation.multilingual_dev import figures
 from tf_msemb.evaluation.peers import PeerEncoder
 from tf_msemb.evaluation.peers import check_interpreter
 from tf_msemb.evaluation.peers import parse_peer
+from tf_msemb.evaluation.tables import text_table
 from tf_msemb.text_files import CorpusError
 
 flags.DEFINE_multi_string("model", [], "[LABEL=]PATH of an export or a training model_dir.")
@@ -95,12 +96,7 @@ def figures_table(table):
     """A row per model and a column per headline figure (`{label: figures}`)."""
     columns = [figure for figure in FIGURES if any(figure in found for found in table.values())]
     width = max([12] + [len(label) for label in table])
-    widths = [max(9, len(c)) for c in columns]
-    lines = [f"{'model':<{width}} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths))]
-    for label, found in table.items():
-        cells = (f"{found[c]:>{w}.2f}" if c in found else f"{'-':>{w}}" for c, w in zip(columns, widths))
-        lines.append(f"{label:<{width}} " + " ".join(cells))
-    return "\n".join(lines)
+    return text_table([("model", width, "<")], [((label,), found) for label, found in table.items()], columns)
 
 
 def python_of(peer):

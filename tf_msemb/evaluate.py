@@ -76,6 +76,7 @@ from tf_msemb.evaluation.retrieval import DocumentRetrieval
 from tf_msemb.evaluation.retrieval import PoolRetrieval
 from tf_msemb.evaluation.retrieval import TranslationRetrieval
 from tf_msemb.evaluation.sts import STSEvaluator
+from tf_msemb.evaluation.tables import text_table
 from tf_msemb.text_files import CorpusError
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
@@ -206,12 +207,7 @@ def format_table(results, scale=1.0):
 def format_steps(summaries, scale=1.0):
     """One row per export step, a column per summary metric (values times `scale`)."""
     columns = list(dict.fromkeys(c for s in summaries.values() for c in s))
-    widths = [max(9, len(c)) for c in columns]
-    lines = [f"{'step':>8} " + " ".join(f"{c:>{w}}" for c, w in zip(columns, widths))]
-    for step, s in summaries.items():
-        cells = (f"{scale * s[c]:>{w}.2f}" if c in s else f"{'-':>{w}}" for c, w in zip(columns, widths))
-        lines.append(f"{step:>8} " + " ".join(cells))
-    return "\n".join(lines)
+    return text_table([("step", 8, ">")], [((step,), s) for step, s in summaries.items()], columns, scale)
 
 
 def mteb_prompts():

@@ -24,6 +24,7 @@ from tf_msemb.evaluation.mteb_tasks import local_bitext_mining
 from tf_msemb.evaluation.mteb_tasks import local_sts
 from tf_msemb.evaluation.mteb_tasks import main_scores
 from tf_msemb.evaluation.mteb_tasks import task_spec
+from tf_msemb.evaluation.tables import text_table
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
 
@@ -138,10 +139,5 @@ def evaluate_peer(python, model_dir, hub_names, local, output_dir, batch_size=64
 def format_table(columns):
     """One row per (task, subset, split), a column per model (`{model name: main_scores}`), x100."""
     keys = list(dict.fromkeys(key for scores in columns.values() for key in scores))
-    names = list(columns)
-    widths = [max(9, len(name)) for name in names]
-    lines = [f"{'task':<28} {'subset':<10} {'split':<10} " + " ".join(f"{n:>{w}}" for n, w in zip(names, widths))]
-    for key in keys:
-        cells = (f"{columns[n][key]:>{w}.2f}" if key in columns[n] else f"{'-':>{w}}" for n, w in zip(names, widths))
-        lines.append(f"{key[0][:28]:<28} {key[1][:10]:<10} {key[2][:10]:<10} " + " ".join(cells))
-    return "\n".join(lines)
+    rows = [(key, {name: scores[key] for name, scores in columns.items() if key in scores}) for key in keys]
+    return text_table([("task", 28, "<"), ("subset", 10, "<"), ("split", 10, "<")], rows, list(columns))
