@@ -29,7 +29,8 @@ with `optimum[onnxruntime]` and `optimum-intel[openvino]` (README). Without
 a peer interpreter the table has our rows only.
 
 Every row's vectors are compared with the reference row (the peer's `torch`
-float32 row when it runs, else the first model): minimum and mean cosine.
+float32 row when it runs the same model as the first `--model`, else the
+first model): minimum and mean cosine, `-` for a row of another width.
 
 `--intra_op_threads` may repeat: each model then gets a row per setting
 (`intra 1`, `intra TF` for TensorFlow's default). A packed export's
@@ -117,9 +118,16 @@ def run_child(mode):
 
 
 def _cosines(ours, theirs):
+    """`(min, mean)` cosine of two rows' vectors; None when their widths differ (two different models)."""
     a, b = np.load(ours), np.load(theirs)
+    if a.shape != b.shape:
+        return None, None
     cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     return float(cosine.min()), float(cosine.mean())
+
+
+def _cell(value, width):
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.5f}"
 
 
 class Contender:
@@ -186,15 +194,17 @@ def _print_tables(contenders, sentences):
     mean_words = sum(len(s.split()) for s in sentences) / len(sentences)
     max_words = FLAGS.max_words or "-"
     if "throughput" in FLAGS.measure:
-        reference = next((c for c in contenders if c.name == "st:torch"), contenders[0])
+        peer = next((c for c in contenders if c.name == "st:torch"), None)
+        same_model = peer is not None and _cosines(contenders[0].vectors, peer.vectors)[0] is not None
+        reference = peer if same_model else contenders[0]
         print(f"{'encoder':<36} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} "
               f"{'sentences/s':>12} {'peak RSS MiB':>13} {'min cos':>8} {'mean cos':>9}")
         for c in contenders:
             r = c.results["throughput"]
             low, mean = _cosines(c.vectors, reference.vectors)
             print(f"{c.name:<36} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {mean_words:>11.1f} "
-                  f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f} {low:>8.5f} {mean:>9.5f}")
-        print(f"(cosines to {reference.name}'s vectors)")
+                  f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f} {_cell(low, 8)} {_cell(mean, 9)}")
+        print(f"(cosines to {reference.name}'s vectors; '-' for a model of another width)")
         ours = [c for c in contenders if c.name.startswith("tf_msemb")]
         theirs = [c for c in contenders if not c.name.startswith("tf_msemb")]
         if theirs:
