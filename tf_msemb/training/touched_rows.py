@@ -22,7 +22,6 @@ import tensorflow as tf
 
 from tf_msemb.objectives.cross_replica import summed_slices
 from tf_msemb.training.fused_adam import FusedAdam
-from tf_msemb.objectives.cross_replica import summed_slices
 from tf_msemb.training.fused_adam import FusedAdamW
 
 
@@ -64,6 +63,7 @@ class _TouchedRowsUpdate:
         beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
         lr = tf.cast(learning_rate, dtype)
         alpha = lr * tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step))
+        # Summed here, after the replicas' slices are concatenated (a row may come from each replica).
         gradient = summed_slices(gradient)
         rows, g = gradient.indices, tf.cast(gradient.values, dtype)
         m_rows = tf.gather(m, rows)
