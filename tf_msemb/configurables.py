@@ -24,6 +24,7 @@ from tf_msemb.objectives import ems  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
 from tf_msemb.objectives import siamese_similarity  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401
+from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.quickstart import corpus_pairs
 from tf_msemb.text.tokenizers import SentencePieceTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
@@ -36,3 +37,4 @@ gin.external_configurable(make_distributed_labeled_dataset, module="tf_msemb.dat
 gin.external_configurable(SentencePieceTokenizer, module="tf_msemb.text")
 gin.external_configurable(WordPieceTokenizer, module="tf_msemb.text")
 gin.external_configurable(corpus_pairs, module="tf_msemb.quickstart")
+gin.external_configurable(Int8Options, module="tf_msemb.models")

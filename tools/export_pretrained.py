@@ -12,7 +12,11 @@ inference on padded batches instead of the real tokens only, and
 `--sub_batch_size` sets their length-sorted sub-batches (0: off).
 `--precision=int8` runs the layers' matmuls on 8-bit integers, calibrated on
 the first `--calibration_sentences` lines of `--calibration_file` (see
-`tf_msemb.models.quantization`; needs TensorFlow's oneDNN kernels).
+`tf_msemb.models.quantization`; needs TensorFlow's oneDNN kernels), as the
+`--int8_*` flags say (`tf_msemb.models.int8_calibration`: SmoothQuant alpha
+per layer, percentile or MSE ranges, bfloat16 fallback of the layers that
+lose most against a cosine budget); `tools/int8_report.py` shows per layer
+what each choice costs.
 `--streams` sets how many sub-batches a packed export runs side by side.
 `--prompt` is put before every input inside the export (default: the
 checkpoint's `default_prompt_name`'s prompt); `--prompt=` puts none, and the
@@ -27,6 +31,7 @@ import sys
 
 from absl import flags
 
+from tf_msemb.export import int8 as int8_flags
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.models.packed import INFERENCE_STREAMS
 from tf_msemb.models.pretrained import load_pretrained
@@ -39,14 +44,13 @@ flags.DEFINE_string("prompt", None, "A prompt name of the checkpoint or a text, 
                     "export (default: the checkpoint's default prompt, if any; --prompt= for none, so that callers "
                     "such as MTEB pick the prompt by task).")
 flags.DEFINE_enum("precision", "float32", ["float32", "mixed_bfloat16", "mixed_float16", "int8"], "Compute precision.")
-flags.DEFINE_string("calibration_file", None, "int8: text file of sentences like those to encode, one a line.")
-flags.DEFINE_integer("calibration_sentences", 300, "int8: how many of its lines calibrate the ranges.")
 flags.DEFINE_integer("sub_batch_size", 32, "Length-sorted sub-batch size for padded batches (0: off).")
 flags.DEFINE_bool("packed", True, "Inference on the real tokens only (--nopacked: padded batches).")
 flags.DEFINE_integer("streams", INFERENCE_STREAMS, "Packed: sub-batches run side by side (serve with intra-op threads "
                      "at cores / streams).")
 flags.DEFINE_bool("single_sentence", False, "Packed: a request of one sentence takes a branch of its own with far "
                   "fewer ops; in TF Serving's Session batches then run slower (README, \"Single requests\").")
+int8_flags.define_flags()
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
 
@@ -54,8 +58,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     tokenizer, encoder = load_pretrained(FLAGS.model, max_length=FLAGS.max_length, prompt=FLAGS.prompt)
-    int8 = {"calibration_file": FLAGS.calibration_file,
-            "calibration_sentences": FLAGS.calibration_sentences} if FLAGS.precision == "int8" else {}
+    int8 = {"calibration_file": FLAGS.calibration_file, "calibration_sentences": FLAGS.calibration_sentences,
+            "int8": int8_flags.options_from_flags(FLAGS)} if FLAGS.precision == "int8" else {}
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams,
                               single_sentence=FLAGS.single_sentence,

@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401 -- registers the tokenizer ops the reloaded export runs
 
 from conftest import SHARED_DATA
+from tf_msemb.export.int8 import PROBES
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.saved_model import inference_module
 from tf_msemb.models.quantization import Int8Dense
@@ -195,7 +196,12 @@ def test_the_int8_export_of_minilm_stays_within_cosine_0_99_of_float32(tmp_path)
     assert single_cosines.min() >= 0.99, single_cosines.min()
     metadata = json.loads((tmp_path / "int8" / "tf_msemb_export.json").read_text())
     assert metadata["compute_precision"] == "int8"
-    assert metadata["int8_calibration"]["sentences"] == 100
+    calibration = metadata["int8_calibration"]
+    assert calibration["sentences"] == 100 and calibration["held_out_sentences"] == 12
+    assert calibration["ranges"] == "minmax" and calibration["fallback_layers"] == []
+    assert [layer["precision"] for layer in calibration["layers"]] == ["int8"] * 6
+    assert calibration["sentence_cosine"]["exported"]["mean"] >= 0.99
+    assert set(calibration["probe_cosine"]) == set(PROBES)
     # Every layer matmul is quantized: each one's int8 kernel is saved.
     dtypes = tf.train.load_checkpoint(os.path.join(path, "variables", "variables")).get_variable_to_dtype_map()
     assert sum(dtype == tf.int8 for dtype in dtypes.values()) == 6 * len(LAYER_DENSES)

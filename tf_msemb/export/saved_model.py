@@ -24,6 +24,7 @@ from absl import logging
 from tensorflow.core.protobuf import saved_model_pb2
 
 import tf_msemb
+from tf_msemb.export.int8 import int8_packed
 from tf_msemb.export.model_card import write_model_card
 from tf_msemb.export.serving import INPUT_KEY
 from tf_msemb.export.serving import OUTPUT_KEY
@@ -33,12 +34,9 @@ from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.packed import INFERENCE_STREAMS
-from tf_msemb.models.packed import int8_support
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
 from tf_msemb.models.precision import with_precision
-from tf_msemb.models.quantization import DEFAULT_SMOOTHING
-from tf_msemb.text_files import read_lines
 
 METADATA_FILE = "tf_msemb_export.json"
 OPERATIVE_CONFIG = "operative_config.gin"
@@ -294,30 +292,6 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
     }
 
 
-def _calibration_batches(tokenizer, path, count, batch_size=64):
-    """Token ids of the first `count` non-empty lines of `path`, in batches."""
-    sentences = [line for line in read_lines(path) if line.strip()][:count]
-    return [tokenizer.tokenize(tf.constant(sentences[start:start + batch_size]))
-            for start in range(0, len(sentences), batch_size)]
-
-
-def _int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, smoothing, streams, single_sentence):
-    """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file`."""
-    unsupported = int8_support()
-    if unsupported:
-        raise ValueError(f"Cannot export int8: {unsupported}; export with --precision=mixed_bfloat16 (or float32; "
-                         "in gin, inference_module.precision = 'mixed_bfloat16') instead.")
-    if not calibration_file:
-        raise ValueError("precision 'int8' needs a calibration_file: a text file of sentences like those the export "
-                         "will encode, one a line (bind inference_module.calibration_file, or --calibration_file).")
-    reason = packed_support(encoder)
-    if reason:
-        raise ValueError(f"precision 'int8' runs packed only, and this encoder cannot be packed: {reason}.")
-    batches = _calibration_batches(tokenizer, calibration_file, calibration_sentences)
-    return PackedEncoder(encoder, "int8", calibration=batches, smoothing=smoothing, streams=streams,
-                         single_sentence=single_sentence)
-
-
 def _packed(encoder, precision, streams, single_sentence):
     """A `PackedEncoder` of `encoder` computing in `precision`'s compute dtype, or None (logged) when unsupported."""
     reason = packed_support(encoder)
@@ -330,8 +304,7 @@ def _packed(encoder, precision, streams, single_sentence):
 
 @gin.configurable(denylist=["tokenizer", "encoder"])
 def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True, calibration_file=None,
-                     calibration_sentences=300, smoothing=DEFAULT_SMOOTHING, streams=INFERENCE_STREAMS,
-                     single_sentence=False):
+                     calibration_sentences=300, int8=None, streams=INFERENCE_STREAMS, single_sentence=False):
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
@@ -346,8 +319,10 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     exported variables changes training calls only, so export again after.
     `"int8"` runs the layers' matmuls on 8-bit integers (packed only; see
     `tf_msemb.models.quantization`), calibrated on the first
-    `calibration_sentences` lines of `calibration_file` with SmoothQuant's
-    `smoothing`: all-MiniLM-L6-v2 at a minimum cosine of 0.9938 to float32
+    `calibration_sentences` lines of `calibration_file` (the last eighth
+    held out to measure the choices) as `int8` says (an `Int8Options`:
+    SmoothQuant alpha, activation ranges, bfloat16 fallback of the layers
+    that lose most; default `Int8Options()`): all-MiniLM-L6-v2 at a minimum cosine of 0.9938 to float32
     (sentence-transformers' vectors of 1,014 Multi30k sentences,
     `tools/bench_encode.py`) and 2.7 times its throughput on two
     AVX512-VNNI cores (1,542 vs 570 sentences/s at intra-op threads 1);
@@ -368,15 +343,15 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
         if not packed:
             raise ValueError("precision 'int8' runs packed only: drop packed=False.")
         computing = ensure_built(encoder)
-        packed_encoder = _int8_packed(tokenizer, computing, calibration_file, calibration_sentences, smoothing,
-                                      streams, single_sentence)
+        packed_encoder = int8_packed(tokenizer, computing, calibration_file, calibration_sentences, int8, streams,
+                                     single_sentence)
     else:
         computing = ensure_built(with_precision(encoder, precision))
         packed_encoder = _packed(computing, precision, streams, single_sentence) if packed else None
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
                              precision=precision)
     module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
-                           "smoothing": smoothing} if precision == "int8" else None)
+                           **packed_encoder.int8_report} if precision == "int8" else None)
     return module
 
 

@@ -16,6 +16,7 @@ norms and pooling stay float32. With `"int8"`, the layers' matmuls run on
 """
 
 import functools
+import json
 
 import tensorflow as tf
 
@@ -28,8 +29,8 @@ from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.packed_backbone import FUSED_NORM_MIN_TOKENS
 from tf_msemb.models.packed_backbone import PackedBackbone
 from tf_msemb.models.packed_backbone import read_supported
-from tf_msemb.models.quantization import DEFAULT_SMOOTHING
-from tf_msemb.models.quantization import quantize_backbone
+from tf_msemb.models.int8_calibration import Int8Options
+from tf_msemb.models.int8_calibration import calibrate
 
 POOLINGS = ("mean", "max", "first")
 # The TensorFlow ops an int8 graph holds beyond stock TensorFlow and tensorflow-text: oneDNN's, registered by
@@ -76,8 +77,11 @@ class PackedEncoder(tf.Module):
             `"bfloat16"`), or `"int8"`: the layers' matmuls in int8 (see
             `tf_msemb.models.quantization`), the rest float32.
         calibration: for int8, ragged token id batches whose matmul inputs
-            set the quantization ranges (a few hundred of the user's sentences).
-        smoothing: for int8, SmoothQuant's alpha.
+            set the quantization ranges (a few thousand of the user's sentences).
+        held_out: for int8, ragged token id batches the calibration's
+            choices are measured on (`int8_calibration.calibrate`).
+        int8_options: for int8, an `Int8Options`; `int8_report` holds what
+            the calibration chose and measured.
         streams: a batch of at least this many sentences is encoded as this
             many sub-batches of every `streams`-th sentence by length, whose
             ops share no inputs, so TensorFlow runs them side by side. It
@@ -103,31 +107,43 @@ class PackedEncoder(tf.Module):
             by bfloat16 rounding of attention.
     """
 
-    def __init__(self, encoder, compute_dtype="float32", calibration=None, smoothing=DEFAULT_SMOOTHING,
+    def __init__(self, encoder, compute_dtype="float32", calibration=None, held_out=None, int8_options=Int8Options(),
                  streams=INFERENCE_STREAMS, single_sentence=False, name=None):
         super().__init__(name=name)
         weights, reason = _read(encoder)
         if reason:
             raise ValueError(f"Cannot pack this encoder: {reason}.")
+        self.pooling = weights["pooling"]
+        self.normalize = weights["normalize"]
+        self._int8_report = "null"  # JSON: a dict attribute of a tf.Module would be wrapped for tracking
         if compute_dtype == "int8":
-            if calibration is None:
+            if not calibration:
                 raise ValueError("An int8 PackedEncoder needs calibration batches.")
             # int8 graphs need oneDNN's kernels anyway: its layer norm too. Attention in bfloat16: int8 MiniLM
             # 1,379 against 1,341 sentences/s (one process, interleaved), min cosine to float32 0.9938 against 0.9940.
             self.backbone = PackedBackbone(weights["backbone"], "float32", attention_groups=INFERENCE_ATTENTION_GROUPS,
                                            fused_norms=True, attention_dtype="bfloat16")
-            quantize_backbone(self.backbone, calibration, smoothing)
+            reference = PackedBackbone(weights["backbone"], "float32", attention_groups=INFERENCE_ATTENTION_GROUPS)
+            self._int8_report = json.dumps(calibrate(reference, self.backbone, calibration, held_out or calibration,
+                                                     self._pool, int8_options))
         else:
             self.backbone = PackedBackbone(weights["backbone"], compute_dtype, frozen_cast=True,
                                            attention_groups=INFERENCE_ATTENTION_GROUPS)
-        self.pooling = weights["pooling"]
-        self.normalize = weights["normalize"]
         self.projection = self.backbone.dense(weights["projection"]) if weights["projection"] else None
         self.streams = streams
         self.single_sentence = single_sentence
         # The batch branch calls a function of its own: TensorFlow's graph rewrites (oneDNN ops and fusions) run
         # on called functions, not on an `If`'s branches, and without them batches ran 16 % slower (int8 MiniLM).
         self._batch_function = tf.function(self._encode_batch)
+
+    @property
+    def int8_report(self):
+        """What int8 calibration chose and measured (`int8_calibration.calibrate`), or None."""
+        return json.loads(self._int8_report)
+
+    def add_to_report(self, **entries):
+        """Adds `entries` (JSON-ready) to `int8_report`."""
+        self._int8_report = json.dumps({**self.int8_report, **entries})
 
     def __call__(self, ids):
         """Ragged token ids `[b, (l)]` -> `[b, d]`."""

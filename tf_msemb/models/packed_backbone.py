@@ -500,22 +500,38 @@ class PackedBackbone(tf.Module):
             x = _layer_norm(layer["output"](layer["intermediate"](x), residual=x), layer["output_norm"])
         return x
 
-    def __call__(self, ids, training=False, sorted_by_length=False):
-        """`sorted_by_length`: the caller has sorted `ids` (shortest first), so they are not sorted again."""
-        ids, back = (ids, None) if sorted_by_length else self._by_length(ids)
+    def sorted_input(self, ids):
+        """`(ids sorted by length, the permutation back to their flat order or None, their AttentionGroups)`: what
+        `embed` and `run_layer` take."""
+        ids, back = self._by_length(ids)
+        return ids, back, self._attention_groups(ids)
+
+    def embed(self, ids, training=False):
+        """The token states `[tokens, d]` that enter the first layer: token + position embeddings, normalized."""
         x = tf.gather(self.token_table, ids.flat_values) + tf.gather(self.position_table, positions(ids))
         if self.constant_row is not None:
             x += self.constant_row
+        return _dropout(_layer_norm(x, self.embeddings_norm, self.fused_norms and not training),
+                        self.embeddings_dropout, training)
+
+    def run_layer(self, layer, x, groups, training=False):
+        """One transformer layer (`self.layers[i]`, or one standing in for it) on the token states `x` of the
+        sentences of `groups`."""
         fused = self.fused_norms and not training
-        x = _dropout(_layer_norm(x, self.embeddings_norm, fused), self.embeddings_dropout, training)
+        qkv = tf.cast(layer["qkv"](x), self.attention_dtype)
+        attended = [self._attention(qkv, layer, group, training) for group in groups]
+        attended = attended[0] if len(groups) == 1 else tf.concat(attended, axis=0)
+        x = _layer_norm(_residual(layer["attention_output"], attended, x, layer["dropout"]["attention"], training),
+                        layer["attention_norm"], fused)
+        hidden = layer["intermediate"](x, training=training)
+        return _layer_norm(_residual(layer["output"], hidden, x, layer["dropout"]["output"], training),
+                           layer["output_norm"], fused)
+
+    def __call__(self, ids, training=False, sorted_by_length=False):
+        """`sorted_by_length`: the caller has sorted `ids` (shortest first), so they are not sorted again."""
+        ids, back = (ids, None) if sorted_by_length else self._by_length(ids)
+        x = self.embed(ids, training)
         groups = self._attention_groups(ids)
         for layer in self.layers:
-            qkv = tf.cast(layer["qkv"](x), self.attention_dtype)
-            attended = [self._attention(qkv, layer, group, training) for group in groups]
-            attended = attended[0] if len(groups) == 1 else tf.concat(attended, axis=0)
-            x = _layer_norm(_residual(layer["attention_output"], attended, x, layer["dropout"]["attention"], training),
-                            layer["attention_norm"], fused)
-            hidden = layer["intermediate"](x, training=training)
-            x = _layer_norm(_residual(layer["output"], hidden, x, layer["dropout"]["output"], training),
-                            layer["output_norm"], fused)
+            x = self.run_layer(layer, x, groups, training)
         return x if back is None else tf.gather(x, back)

@@ -134,25 +134,41 @@ class Int8Dense(tf.Module):
 
 
 class RangeObserver(tf.Module):
-    """Runs `dense` and records each input channel's least and greatest value (eager calibration)."""
+    """Runs `dense` and records each input channel's least and greatest value (eager calibration), and a sample of
+    its input rows (`sample_fraction` of them, chosen by `seed`) for ranges narrower than min/max
+    (`tf_msemb.models.int8_calibration`)."""
 
-    def __init__(self, dense):
+    def __init__(self, dense, sample_fraction=0.0, seed=0):
         super().__init__()
         self.dense = dense
         self.low = self.high = None
+        self.sample_fraction = sample_fraction
+        self._rng = np.random.default_rng(seed)
+        self._rows = []
 
     def __call__(self, x, residual=None, training=False):
         values = tf.cast(x, tf.float32).numpy()
         low, high = values.min(axis=0), values.max(axis=0)
         self.low = low if self.low is None else np.minimum(self.low, low)
         self.high = high if self.high is None else np.maximum(self.high, high)
+        if self.sample_fraction:
+            self._rows.append(values[self._rng.random(len(values)) < self.sample_fraction])
         return self.dense(x, residual=residual, training=training)
+
+    def sample(self):
+        """The sampled input rows `[rows, channels]` (float32)."""
+        return np.concatenate(self._rows) if self._rows else np.zeros([0, len(self.low)], np.float32)
 
     def weights(self):
         """The observed dense's float32 `(kernel, bias)` as NumPy arrays."""
         if self.low is None:
             raise ValueError("int8 calibration saw no tokens: give it at least one non-empty sentence.")
         return tuple(w.numpy().astype(np.float64) for w in self.dense.float_weights())
+
+
+def minmax_range(observer, scale):
+    """The range of an observed input times the per-channel `scale` (> 0): its least and greatest value."""
+    return np.min(observer.low * scale), np.max(observer.high * scale)
 
 
 def smooth(kernel, low, high, alpha):
@@ -162,38 +178,32 @@ def smooth(kernel, low, high, alpha):
     return kernel * s[:, None], 1 / s, (np.min(low / s), np.max(high / s))
 
 
-def _smoothed(observer, alpha, kernel=None):
-    """`smooth` of an observed dense (its own kernel, or `kernel`)."""
+def _smoothed(observer, alpha, input_range, kernel=None):
+    """`(kernel with rows times s, 1 / s, the smoothed input's range by input_range(observer, 1 / s))` of an
+    observed dense (its own kernel, or `kernel`)."""
     kernel = observer.weights()[0] if kernel is None else kernel
-    return smooth(kernel, observer.low, observer.high, alpha)
+    s = smoothing_factors(observer.low, observer.high, kernel, alpha)
+    return kernel * s[:, None], 1 / s, input_range(observer, 1 / s)
 
 
-def quantize_layer(observers, alpha, attention_dtype=tf.float32):
+def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
-    `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`."""
+    `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
+
+    `input_range(observer, scale)`: the quantization range of an observed
+    input times `scale` (`minmax_range`, or a narrower one).
+    """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
     # combination of value rows) comes out divided.
     qkv_kernel, qkv_bias = qkv.weights()
-    kernel, inverse, input_range = _smoothed(attention_output, alpha)
+    kernel, inverse, attended_range = _smoothed(attention_output, alpha, input_range)
     value_scale = np.concatenate([np.ones(qkv_kernel.shape[1] - inverse.size), inverse])
-    fused_qkv_kernel, qkv_inverse, qkv_range = _smoothed(qkv, alpha, qkv_kernel * value_scale)
-    gelu_range = (np.min(output.low), np.max(output.high))
-    inter_kernel, inter_inverse, inter_range = _smoothed(intermediate, alpha)
+    fused_qkv_kernel, qkv_inverse, qkv_range = _smoothed(qkv, alpha, input_range, qkv_kernel * value_scale)
+    gelu_range = input_range(output, np.ones_like(output.low))
+    inter_kernel, inter_inverse, inter_range = _smoothed(intermediate, alpha, input_range)
     return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype),
-            Int8Dense(kernel, attention_output.weights()[1], input_range),
+            Int8Dense(kernel, attention_output.weights()[1], attended_range),
             Int8Dense(inter_kernel, intermediate.weights()[1], inter_range, inter_inverse,
                       activation=intermediate.dense.activation, output_range=gelu_range),
             Int8Dense(*output.weights(), gelu_range))
-
-
-def quantize_backbone(backbone, batches, smoothing=DEFAULT_SMOOTHING):
-    """Replaces the layer matmuls of a float32 `PackedBackbone` by calibrated `Int8Dense`s, in place.
-
-    `batches`: ragged token ids `[b, (l)]`, run through `backbone` eagerly to
-    record the ranges each matmul's inputs take.
-    """
-    backbone.replace_layer_denses(lambda denses: [RangeObserver(dense) for dense in denses])
-    for ids in batches:
-        backbone(ids)
-    backbone.replace_layer_denses(lambda observers: quantize_layer(observers, smoothing, backbone.attention_dtype))

@@ -1,0 +1,148 @@
+"""Layer-by-layer int8 calibration: activation ranges, smoothing per layer, bfloat16 fallback against a budget."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.int8_calibration import SMOOTHING_CANDIDATES
+from tf_msemb.models.int8_calibration import Int8Options
+from tf_msemb.models.int8_calibration import bfloat16_layer
+from tf_msemb.models.int8_calibration import mse_range
+from tf_msemb.models.packed import PackedEncoder
+from tf_msemb.models.packed import int8_support
+from tf_msemb.models.packed_backbone import read_supported
+from tf_msemb.models.quantization import RangeObserver
+
+INT8_UNSUPPORTED = int8_support()
+needs_int8 = pytest.mark.skipif(INT8_UNSUPPORTED is not None, reason=f"{INT8_UNSUPPORTED}")
+DAMAGED = 2
+
+
+def _batches(seed, count, size):
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(count):
+        lengths = rng.integers(1, 30, size)
+        batches.append(tf.RaggedTensor.from_row_lengths(tf.constant(rng.integers(1, 300, lengths.sum()), tf.int32),
+                                                        lengths))
+    return batches
+
+
+@pytest.fixture(scope="module")
+def deep_encoder():
+    """A 4-layer encoder whose layer `DAMAGED` has one feed-forward channel 100 times larger than the rest (its
+    output row 100 times smaller): that channel sets the GELU output's one int8 range, the others get few levels."""
+    keras.utils.set_random_seed(3)
+    encoder = ensure_built(SentenceEncoder(300, hidden_dim=32, num_layers=4, num_heads=4, intermediate_dim=64,
+                                           max_sequence_length=32, dropout=0.0))
+    layer = read_supported(encoder.backbone)[0]["layers"][DAMAGED]
+    kernel, output_kernel = layer["intermediate"][0], layer["output"][0]
+    kernel.assign(tf.tensor_scatter_nd_update(kernel, [[i, 5] for i in range(32)], kernel[:, 5] * 100))
+    output_kernel.assign(tf.tensor_scatter_nd_update(output_kernel, [[5]], output_kernel[5:6] / 100))
+    return encoder
+
+
+def _int8(encoder, options):
+    return PackedEncoder(encoder, "int8", calibration=_batches(0, 3, 32), held_out=_batches(1, 1, 32),
+                         int8_options=options)
+
+
+def _cosines(encoder, packed, batch):
+    """Cosines of `packed`'s vectors of `batch` to the float32 encoder's."""
+    want = tf.math.l2_normalize(PackedEncoder(encoder)(batch), -1)
+    got = tf.math.l2_normalize(tf.function(packed)(batch), -1)
+    return tf.reduce_sum(want * got, -1).numpy()
+
+
+def _fake_quant_error(values, low, high):
+    """Mean squared error of TensorFlow's own 8-bit fake quantization of `values` on `[low, high]`."""
+    x = tf.constant(values, tf.float32)
+    return float(tf.reduce_mean((x - tf.quantization.fake_quant_with_min_max_args(x, low, high, num_bits=8)) ** 2))
+
+
+def test_the_mse_range_clips_a_heavy_tail_and_keeps_a_uniform_range():
+    uniform = np.linspace(0.0, 1.0, 10001)
+    assert mse_range(uniform, 0.0, 1.0) == pytest.approx((0.0, 1.0))
+    # Student's t with 2 degrees of freedom: a few far values would stretch 256 levels over nothing.
+    tail = np.random.default_rng(0).standard_t(2, size=200_000)
+    low, high = mse_range(tail, tail.min(), tail.max())
+    assert tail.min() < low < 0.0 < high < tail.max()
+    assert _fake_quant_error(tail, low, high) < 0.9 * _fake_quant_error(tail, tail.min(), tail.max())
+
+
+def test_percentile_ranges_read_the_sampled_rows_times_the_smoothing_scale():
+    observer = RangeObserver(lambda x, residual=None, training=False: x, sample_fraction=1.0)
+    values = np.random.default_rng(0).normal(size=(4000, 3)).astype(np.float32)
+    values[0, 0] = 50.0
+    observer(tf.constant(values))
+    scale = np.array([1.0, 2.0, 0.5])
+    options = Int8Options(ranges="percentile", percentile=99.0)
+    want = (np.percentile((values * scale).ravel(), 1.0), np.percentile((values * scale).ravel(), 99.0))
+    np.testing.assert_allclose(options.input_range(observer, scale), want, rtol=1e-5)
+    assert Int8Options().input_range(observer, scale) == pytest.approx(((values * scale).min(), 50.0))
+
+
+def test_options_name_the_bad_value():
+    with pytest.raises(ValueError, match="ranges 'max'"):
+        Int8Options(ranges="max")
+    with pytest.raises(ValueError, match="smoothing 1.5"):
+        Int8Options(smoothing=1.5)
+
+
+def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
+    dense = lambda x, residual=None, training=False: x  # noqa: E731
+    rng = np.random.default_rng(0)
+    kernel, bias = rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=6).astype(np.float32)
+
+    class Float:
+        activation = "gelu"
+
+        def float_weights(self):
+            return tf.constant(kernel), tf.constant(bias)
+
+    observer = RangeObserver(dense)
+    observer.dense = Float()
+    observer.low = np.zeros(8)
+    x = rng.normal(size=(5, 8)).astype(np.float32)
+    got = bfloat16_layer([observer])[0](tf.constant(x), residual=tf.ones([5, 6]))
+    assert got.dtype == tf.float32
+    want = 1.0 + tf.nn.gelu(x @ kernel + bias, approximate=False).numpy()
+    np.testing.assert_allclose(got.numpy(), want, atol=0.05)
+    assert not np.allclose(got.numpy(), want, atol=1e-5)  # it did round to bfloat16
+
+
+@needs_int8
+def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(deep_encoder):
+    plain = _int8(deep_encoder, Int8Options()).int8_report
+    isolated = [layer["isolated_cosine"]["mean"] for layer in plain["layers"]]
+    cumulative = [layer["cumulative_cosine"]["mean"] for layer in plain["layers"]]
+    assert int(np.argmin(isolated)) == DAMAGED, isolated
+    assert cumulative[DAMAGED] < cumulative[DAMAGED - 1] - 1e-4, cumulative
+    assert plain["fallback_layers"] == [] and plain["sentence_cosine"]["exported"] == plain["sentence_cosine"][
+        "all_int8"]
+
+    budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
+        1 - plain["sentence_cosine"]["all_int8"]["mean"]))
+    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget))
+    report = packed.int8_report
+    assert report["fallback_layers"][0] == DAMAGED
+    assert [layer["precision"] for layer in report["layers"]].count("bfloat16") == len(report["fallback_layers"])
+    assert report["sentence_cosine"]["exported"]["mean"] >= budget
+    # The exported encoder is the one measured: its vectors reach the reported cosine on the held-out batch.
+    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
+    assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
+
+    capped = _int8(deep_encoder, Int8Options(fallback_cosine=budget, max_fallback_layers=0)).int8_report
+    assert capped["fallback_layers"] == []
+
+
+@needs_int8
+def test_smoothing_per_layer_keeps_the_best_candidate_of_each_layer(deep_encoder):
+    fixed = _int8(deep_encoder, Int8Options(smoothing=0.5)).int8_report
+    chosen = _int8(deep_encoder, Int8Options(smoothing="per_layer")).int8_report
+    for fixed_layer, layer in zip(fixed["layers"], chosen["layers"]):
+        assert layer["smoothing"] in SMOOTHING_CANDIDATES
+        assert layer["isolated_cosine"]["mean"] >= fixed_layer["isolated_cosine"]["mean"] - 1e-6

@@ -1,0 +1,45 @@
+"""tools/int8_report.py: a row per layer (precision, alpha, isolated and cumulative cosine), the held-out and probe
+cosines, the JSON an int8 export keeps; a bad option ends in one error line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from pretrained_checkpoints import checkpoint
+from tf_msemb.export.int8 import PROBES
+from tf_msemb.models.packed import int8_support
+
+TOOL = os.path.join(REPO, "tools", "int8_report.py")
+
+
+@pytest.mark.skipif(int8_support() is not None, reason=f"{int8_support()}")
+def test_prints_a_row_per_layer_and_writes_the_report(tmp_path):
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text("".join(f"sentence {i} about a dog in the park\n" for i in range(40)), encoding="utf-8")
+    result = subprocess.run([sys.executable, TOOL, f"--model={checkpoint('bert_wordpiece_uncased')}",
+                             f"--calibration_file={calibration}", "--int8_smoothing=per_layer", "--int8_ranges=mse",
+                             "--int8_fallback_cosine=1.0", "--int8_max_fallback_layers=1",
+                             f"--output={tmp_path / 'report.json'}"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    # A budget of cosine 1.0 is never met: exactly the allowed one layer, the worst isolated one, falls back.
+    worst = min(report["layers"], key=lambda layer: layer["isolated_cosine"]["mean"])["layer"]
+    assert report["fallback_layers"] == [worst] and report["held_out_sentences"] == 5
+    assert report["ranges"] == "mse" and report["smoothing"] == "per_layer"
+    rows = [line.split() for line in result.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert [int(row[0]) for row in rows] == [layer["layer"] for layer in report["layers"]]
+    assert rows[worst][1] == "bfloat16"
+    assert all(float(row[2]) == layer["smoothing"] for row, layer in zip(rows, report["layers"]))
+    assert all(f"probe {name!r}: cosine" in result.stdout for name in PROBES)
+
+
+def test_a_bad_smoothing_value_ends_in_one_error_line(tmp_path):
+    result = subprocess.run([sys.executable, TOOL, f"--model={checkpoint('bert_wordpiece_uncased')}",
+                             f"--calibration_file={tmp_path / 'c.txt'}", "--int8_smoothing=lots"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("error:") and "lots" in result.stderr

@@ -1,0 +1,109 @@
+"""The int8 export path: calibration text to batches, the calibrated `PackedEncoder`, robustness probes, CLI flags.
+
+`int8_packed` is what `inference_module(precision="int8")` runs: the first
+`calibration_sentences` lines of the user's file, the last eighth of them
+held out to measure the choices (`models.int8_calibration.calibrate`), and
+the sentence vectors of `PROBES` (inputs unlike any calibration text) compared
+with float32's. Both go into the export's metadata (`int8_calibration`).
+`define_flags` / `options_from_flags` are the command-line flags that
+`tools/export_pretrained.py` and `tools/int8_report.py` share.
+"""
+
+import tensorflow as tf
+from absl import flags
+
+from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.int8_calibration import RANGES
+from tf_msemb.models.int8_calibration import Int8Options
+from tf_msemb.models.packed import PackedEncoder
+from tf_msemb.models.packed import int8_support
+from tf_msemb.models.packed import packed_support
+from tf_msemb.models.quantization import DEFAULT_SMOOTHING
+from tf_msemb.text_files import read_lines
+
+HELD_OUT_SENTENCES = 512  # calibration lines at most that measure the int8 choices instead of setting ranges
+# Inputs no calibration file holds: int8 must stay close to float32 on them too (their activations can leave the
+# calibrated ranges: a long run of one token was MiniLM's worst case, cosine 0.87 at min/max ranges).
+PROBES = {
+    "empty": "",
+    "one word": "hello",
+    "300 repeated tokens": "x " * 300,
+    "mixed scripts": "Ein Hund läuft — собака бежит, 犬が走る, الكلب يركض, ο σκύλος τρέχει 🐕 123",
+}
+
+
+def calibration_batches(tokenizer, path, count, batch_size=64):
+    """Token ids of the first `count` non-empty lines of `path` in batches: `(calibration, held_out)`, the held-out
+    ones the last eighth of those lines (at most `HELD_OUT_SENTENCES`; a file of one line calibrates on it and
+    measures on it)."""
+    sentences = [line for line in read_lines(path) if line.strip()][:count]
+    if not sentences:
+        raise ValueError(f"int8 calibration_file {path} has no non-empty line")
+    held_out = min(HELD_OUT_SENTENCES, len(sentences) // 8)
+    kept, checked = sentences[:len(sentences) - held_out], sentences[len(sentences) - held_out:] or sentences
+
+    def batches(lines):
+        return [tokenizer.tokenize(tf.constant(lines[start:start + batch_size]))
+                for start in range(0, len(lines), batch_size)]
+
+    return batches(kept), batches(checked)
+
+
+def probe_cosines(tokenizer, encoder, packed):
+    """`{probe: cosine}` of the int8 `packed` encoder's vector of each of `PROBES` to float32 `encoder`'s."""
+    texts = tf.constant(list(PROBES.values()))
+    want = l2_normalize(tf.cast(encoder(tokenizer(texts), training=False), tf.float32)).numpy()
+    got = l2_normalize(tf.function(packed)(tokenizer.tokenize(texts))).numpy()
+    return {name: round(float(cosine), 6) for name, cosine in zip(PROBES, (got * want).sum(axis=1))}
+
+
+def int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, options=None, streams=None,
+                single_sentence=False):
+    """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file` by `Int8Options` `options`;
+    its `int8_report` gains the `probe_cosine` of each of `PROBES`."""
+    unsupported = int8_support()
+    if unsupported:
+        raise ValueError(f"Cannot export int8: {unsupported}; export with --precision=mixed_bfloat16 (or float32; "
+                         "in gin, inference_module.precision = 'mixed_bfloat16') instead.")
+    if not calibration_file:
+        raise ValueError("precision 'int8' needs a calibration_file: a text file of sentences like those the export "
+                         "will encode, one a line (bind inference_module.calibration_file, or --calibration_file).")
+    reason = packed_support(encoder)
+    if reason:
+        raise ValueError(f"precision 'int8' runs packed only, and this encoder cannot be packed: {reason}.")
+    calibration, held_out = calibration_batches(tokenizer, calibration_file, calibration_sentences)
+    extra = {} if streams is None else {"streams": streams}
+    packed = PackedEncoder(encoder, "int8", calibration=calibration, held_out=held_out,
+                           int8_options=options or Int8Options(), single_sentence=single_sentence, **extra)
+    packed.add_to_report(probe_cosine=probe_cosines(tokenizer, encoder, packed))
+    return packed
+
+
+def define_flags():
+    """The int8 calibration flags (`--calibration_file`, `--calibration_sentences`, `--int8_*`)."""
+    flags.DEFINE_string("calibration_file", None, "int8: text file of sentences like those to encode, one a line "
+                        "(in the languages served).")
+    flags.DEFINE_integer("calibration_sentences", 2000, "int8: how many of its lines calibrate (the last eighth, at "
+                         f"most {HELD_OUT_SENTENCES}, held out to measure the choices).")
+    flags.DEFINE_string("int8_smoothing", str(DEFAULT_SMOOTHING), "int8: SmoothQuant alpha, or per_layer (the best of "
+                        "several per layer, on the held-out lines).")
+    flags.DEFINE_enum("int8_ranges", "minmax", list(RANGES), "int8: activation ranges: observed min/max, a "
+                      "percentile, or the range of least squared error.")
+    flags.DEFINE_float("int8_percentile", 99.99, "int8: with --int8_ranges=percentile.")
+    flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers that lose most run in bfloat16 until "
+                       "the held-out sentence vectors' mean cosine to float32 reaches this.")
+    flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers.")
+
+
+def options_from_flags(values):
+    """The `Int8Options` of parsed `define_flags` flags, with a flag-naming error for a bad value."""
+    smoothing = values.int8_smoothing
+    if smoothing != "per_layer":
+        try:
+            smoothing = float(smoothing)
+        except ValueError:
+            raise ValueError(f"--int8_smoothing={smoothing!r} is neither a number nor per_layer") from None
+    return Int8Options(smoothing=smoothing, ranges=values.int8_ranges, percentile=values.int8_percentile,
+                       fallback_cosine=values.int8_fallback_cosine,
+                       max_fallback_layers=values.int8_max_fallback_layers)
+

@@ -1,0 +1,216 @@
+"""Calibrating an int8 backbone layer by layer: activation ranges, smoothing per layer, bfloat16 fallback, a report.
+
+A deep encoder loses more to int8 than a shallow one: each layer's rounding
+error enters the next layer's input. `calibrate` quantizes a `PackedBackbone`
+one layer at a time and measures what each choice costs where it is made:
+
+1. The float32 reference runs layer `i` on its own (float32) input states,
+   with `RangeObserver`s in the places of the four matmuls: each input
+   channel's min/max over every calibration sentence, and a sample of rows.
+2. Each candidate SmoothQuant alpha (one, or `SMOOTHING_CANDIDATES` with
+   `smoothing="per_layer"`) gives an int8 layer; the alpha whose layer output
+   is closest (mean token cosine) to the float32 layer's, on the held-out
+   sentences with the same float32 input, is kept. Activation ranges are the
+   observed min/max, a percentile of the sampled values or the range that
+   minimizes their mean squared rounding-and-clipping error (`RANGES`).
+3. With a `fallback_cosine` budget, the layers that lose most (lowest isolated
+   cosine) run their matmuls in bfloat16 instead, one at a time, until the
+   held-out sentence vectors' mean cosine to float32 reaches the budget or
+   `max_fallback_layers` is reached.
+
+Each layer's `cumulative_cosine` (the exported int8 layers from the
+embeddings up to its output, against float32's) shows where the error
+grows. What was chosen and measured is returned as a JSON-ready report (written into
+the export's metadata, printed by `tools/int8_report.py`).
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tf_msemb.models.packed_backbone import LAYER_DENSES
+from tf_msemb.models.packed_backbone import PackedDense
+from tf_msemb.models.quantization import DEFAULT_SMOOTHING
+from tf_msemb.models.quantization import RangeObserver
+from tf_msemb.models.quantization import minmax_range
+from tf_msemb.models.quantization import quantize_layer
+
+RANGES = ("minmax", "percentile", "mse")
+SMOOTHING_CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9)
+SAMPLED_ROWS = 8192  # input rows per matmul that percentile and MSE ranges are chosen on
+MSE_VALUES = 1 << 20  # sampled values the MSE search scores each candidate range on
+MSE_SHRINKS = np.linspace(0.1, 1.0, 46)  # candidate ranges: the min/max range times each
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Options:
+    """How an int8 export is calibrated (see the module docstring).
+
+    Args:
+        smoothing: SmoothQuant's alpha (Xiao et al. 2023, Eq. 4) for every
+            layer, or `"per_layer"`: the best of `SMOOTHING_CANDIDATES` for each.
+        ranges: `"minmax"` (observed extremes), `"percentile"` (the
+            `percentile`-th and `100 - percentile`-th of the sampled values)
+            or `"mse"` (the min/max range shrunk by the factor whose
+            quantization of the sampled values has the least squared error).
+        percentile: for `ranges="percentile"`.
+        fallback_cosine: budget: bfloat16 layers until the held-out sentence
+            vectors' mean cosine to float32 is at least this; None: all int8.
+        max_fallback_layers: at most this many bfloat16 layers (None: any).
+    """
+
+    smoothing: float | str = DEFAULT_SMOOTHING
+    ranges: str = "minmax"
+    percentile: float = 99.99
+    fallback_cosine: float | None = None
+    max_fallback_layers: int | None = None
+
+    def __post_init__(self):
+        if self.ranges not in RANGES:
+            raise ValueError(f"int8 ranges {self.ranges!r} is not one of {', '.join(RANGES)}")
+        if self.smoothing != "per_layer" and not 0.0 <= float(self.smoothing) <= 1.0:
+            raise ValueError(f"int8 smoothing {self.smoothing!r} is neither an alpha in [0, 1] nor 'per_layer'")
+        if not 50.0 < self.percentile <= 100.0:
+            raise ValueError(f"int8 percentile {self.percentile} is not in (50, 100]")
+
+    def alphas(self):
+        return SMOOTHING_CANDIDATES if self.smoothing == "per_layer" else (float(self.smoothing),)
+
+    def input_range(self, observer, scale):
+        """The quantization range of an observed matmul input times `scale`, by `ranges`."""
+        low, high = minmax_range(observer, scale)
+        if self.ranges == "minmax":
+            return low, high
+        values = (observer.sample() * scale).ravel()
+        if not values.size:
+            return low, high
+        if self.ranges == "percentile":
+            return (min(np.percentile(values, 100 - self.percentile), 0.0),
+                    max(np.percentile(values, self.percentile), 0.0))
+        return mse_range(values, low, high)
+
+
+def mse_range(values, low, high):
+    """The range `[t * low, t * high]` (`t` in `MSE_SHRINKS`) whose 256-level quantization of `values` has the
+    least mean squared error, clipping included."""
+    values = values[np.random.default_rng(0).permutation(values.size)[:MSE_VALUES]].astype(np.float64)
+    low, high = min(low, 0.0), max(high, 0.0)
+    best, best_error = (low, high), np.inf
+    for shrink in MSE_SHRINKS:
+        lo, hi = low * shrink, high * shrink
+        step = max(hi - lo, 1e-12) / 255
+        error = np.mean((values - (np.clip(np.round((values - lo) / step), 0, 255) * step + lo)) ** 2)
+        if error < best_error:
+            best, best_error = (lo, hi), error
+    return best
+
+
+def bfloat16_layer(observers):
+    """The four matmuls of an observed layer in bfloat16 (float32 residual sums), its int8 fallback."""
+    denses = []
+    for observer in observers:
+        kernel, bias = observer.weights()
+        denses.append(PackedDense([tf.constant(kernel, tf.float32)], [tf.Variable(bias.astype(np.float32),
+                                                                                 trainable=False)],
+                                  tf.bfloat16, frozen_cast=True, activation=observer.dense.activation))
+    return denses
+
+
+def _token_cosines(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    norms = np.maximum(np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1), 1e-12)
+    return (got * want).sum(axis=-1) / norms
+
+
+def _summary(cosines):
+    return {"mean": round(float(np.mean(cosines)), 6), "min": round(float(np.min(cosines)), 6)}
+
+
+class _Batch:
+    """One calibration batch: its length-sorted ids, and the attention groups of each backbone."""
+
+    def __init__(self, ids, reference, target):
+        self.ids, _, self.reference_groups = reference.sorted_input(ids)
+        self.target_groups = target.sorted_input(self.ids)[2]
+        self.original = ids
+
+
+def _layer_function(target, layer):
+    """A traced `target.run_layer` of `layer` (int8 matmuls need a graph) on sorted ids' token states."""
+
+    @tf.function(reduce_retracing=True)
+    def run(x, ids):
+        return target.run_layer(layer, x, target.sorted_input(ids)[2])
+
+    return run
+
+
+def calibrate(reference, target, batches, held_out, pool, options=Int8Options()):
+    """Makes `target` (a float32-matmul `PackedBackbone` with the same weights as `reference`) int8, in place.
+
+    Args:
+        reference: the float32 `PackedBackbone` the int8 one is measured against.
+        target: the backbone whose layers' denses become int8 (or bfloat16).
+        batches: ragged token ids whose matmul inputs set the ranges.
+        held_out: ragged token ids the choices are measured on (cosines).
+        pool: `(token states, ids) -> [b, d]` sentence vectors of the encoder.
+        options: `Int8Options`.
+    Returns: the report (JSON-ready): options, per-layer alpha, precision and
+    isolated cosine, and the held-out sentence cosines before and after fallback.
+    """
+    if not batches or not held_out:
+        raise ValueError("int8 calibration needs calibration and held-out sentences (at least one of each).")
+    fraction = min(1.0, SAMPLED_ROWS / max(1, sum(int(tf.size(ids.flat_values)) for ids in batches)))
+    calibration = [_Batch(ids, reference, target) for ids in batches]
+    # One batch of every held-out sentence: each candidate layer is traced and run once.
+    checks = [_Batch(tf.concat(list(held_out), axis=0), reference, target)]
+    states = [reference.embed(batch.ids) for batch in calibration]
+    check_states = [reference.embed(batch.ids) for batch in checks]
+    layers, observed, reference_states = [], [], []
+    for index, layer in enumerate(reference.layers):
+        observers = [RangeObserver(layer[role], fraction if options.ranges != "minmax" else 0.0, seed=index)
+                     for role in LAYER_DENSES]
+        watched = dict(layer, **dict(zip(LAYER_DENSES, observers)))
+        states = [reference.run_layer(watched, x, batch.reference_groups) for x, batch in zip(states, calibration)]
+        wanted = [reference.run_layer(layer, x, batch.reference_groups) for x, batch in zip(check_states, checks)]
+        best = None
+        for alpha in options.alphas():
+            candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
+                observers, alpha, target.attention_dtype, options.input_range))))
+            run = _layer_function(target, candidate)
+            cosines = np.concatenate([_token_cosines(run(x, batch.ids), want)
+                                      for x, batch, want in zip(check_states, checks, wanted)])
+            if best is None or cosines.mean() > best[2].mean():
+                best = (alpha, candidate, cosines)
+        target.layers[index].update((role, best[1][role]) for role in LAYER_DENSES)
+        layers.append({"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2])})
+        observed.append(observers)
+        reference_states.append(wanted)
+        check_states = wanted
+
+    want = np.concatenate([pool(reference(batch.original), batch.original) for batch in checks])
+
+    def sentence_cosines():
+        encode = tf.function(lambda ids: pool(target(ids), ids), reduce_retracing=True)
+        return _token_cosines(np.concatenate([encode(batch.original) for batch in checks]), want)
+
+    all_int8 = sentence_cosines()
+    cosines, fallback = all_int8, []
+    worst_first = sorted(range(len(layers)), key=lambda i: layers[i]["isolated_cosine"]["mean"])
+    limit = len(layers) if options.max_fallback_layers is None else options.max_fallback_layers
+    while options.fallback_cosine is not None and cosines.mean() < options.fallback_cosine and len(fallback) < limit:
+        index = worst_first[len(fallback)]
+        target.layers[index].update(zip(LAYER_DENSES, bfloat16_layer(observed[index])))
+        layers[index]["precision"] = "bfloat16"
+        fallback.append(index)
+        cosines = sentence_cosines()
+    exported_states = [target.embed(batch.ids) for batch in checks]
+    for index, layer in enumerate(target.layers):
+        run = _layer_function(target, layer)
+        exported_states = [run(x, batch.ids) for x, batch in zip(exported_states, checks)]
+        layers[index]["cumulative_cosine"] = _summary(np.concatenate(
+            [_token_cosines(got, want) for got, want in zip(exported_states, reference_states[index])]))
+    return {**dataclasses.asdict(options), "held_out_sentences": int(sum(int(b.original.nrows()) for b in checks)),
+            "layers": layers, "fallback_layers": fallback,
+            "sentence_cosine": {"all_int8": _summary(all_int8), "exported": _summary(cosines)}}
