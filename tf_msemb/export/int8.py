@@ -1,18 +1,22 @@
 """The int8 export path: calibration text to batches, the calibrated `PackedEncoder`, robustness probes, CLI flags.
 
 `int8_packed` is what `inference_module(precision="int8")` runs: the first
-`calibration_sentences` lines of the user's file, the last eighth of them
-held out to measure the choices (`models.int8_calibration.calibrate`), and
+`calibration_sentences` lines of the user's file (with long repetitive
+inputs made of its words, `stress_text`), the last eighth of them held out
+to measure the choices (`models.int8_calibration.calibrate`), and
 the sentence vectors of `PROBES` (inputs unlike any calibration text) compared
 with float32's. Both go into the export's metadata (`int8_calibration`).
 `define_flags` / `options_from_flags` are the command-line flags that
 `tools/export_pretrained.py` and `tools/int8_report.py` share.
 """
 
+import collections
+
 import tensorflow as tf
 from absl import flags
 
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.int8_calibration import ATTENTION_DTYPES
 from tf_msemb.models.int8_calibration import RANGES
 from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.packed import PackedEncoder
@@ -32,10 +36,28 @@ PROBES = {
 }
 
 
-def calibration_batches(tokenizer, path, count, batch_size=64):
+def stress_text(sentences, count, max_tokens):
+    """`count` of the most frequent words of `sentences` (alphabetic, first seen first among equals), each repeated
+    `max_tokens` times, and `count // 2` runs of consecutive sentences joined to about `max_tokens` words: inputs
+    as long and as repetitive as any a tokenizer passes (see `Int8Options.stress_inputs`)."""
+    counts = collections.Counter(word for sentence in sentences for word in sentence.split() if word.isalpha())
+    words = [word for word, _ in counts.most_common(count)]
+    joined, run = [], []
+    for sentence in sentences:
+        run.append(sentence)
+        if sum(len(s.split()) for s in run) >= max_tokens:
+            joined.append(" ".join(run))
+            run = []
+        if len(joined) == count // 2:
+            break
+    return [" ".join([word] * max_tokens) for word in words] + joined
+
+
+def calibration_batches(tokenizer, path, count, stress_inputs=0, batch_size=64):
     """Token ids of the first `count` non-empty lines of `path` in batches: `(calibration, held_out)`, the held-out
     ones the last eighth of those lines (at most `HELD_OUT_SENTENCES`; a file of one line calibrates on it and
-    measures on it)."""
+    measures on it). With `stress_inputs`, a batch of `stress_text` of the calibration lines joins the calibration
+    batches."""
     sentences = [line for line in read_lines(path) if line.strip()][:count]
     if not sentences:
         raise ValueError(f"int8 calibration_file {path} has no non-empty line")
@@ -46,7 +68,8 @@ def calibration_batches(tokenizer, path, count, batch_size=64):
         return [tokenizer.tokenize(tf.constant(lines[start:start + batch_size]))
                 for start in range(0, len(lines), batch_size)]
 
-    return batches(kept), batches(checked)
+    stress = stress_text(kept, stress_inputs, int(tokenizer.max_length)) if stress_inputs else []
+    return batches(kept) + batches(stress), batches(checked)
 
 
 def probe_cosines(tokenizer, encoder, packed):
@@ -71,10 +94,12 @@ def int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, opt
     reason = packed_support(encoder)
     if reason:
         raise ValueError(f"precision 'int8' runs packed only, and this encoder cannot be packed: {reason}.")
-    calibration, held_out = calibration_batches(tokenizer, calibration_file, calibration_sentences)
+    options = options or Int8Options()
+    calibration, held_out = calibration_batches(tokenizer, calibration_file, calibration_sentences,
+                                                options.stress_inputs)
     extra = {} if streams is None else {"streams": streams}
     packed = PackedEncoder(encoder, "int8", calibration=calibration, held_out=held_out,
-                           int8_options=options or Int8Options(), single_sentence=single_sentence, **extra)
+                           int8_options=options, single_sentence=single_sentence, **extra)
     packed.add_to_report(probe_cosine=probe_cosines(tokenizer, encoder, packed))
     return packed
 
@@ -93,6 +118,10 @@ def define_flags():
     flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers that lose most run in bfloat16 until "
                        "the held-out sentence vectors' mean cosine to float32 reaches this.")
     flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers.")
+    flags.DEFINE_integer("int8_stress_inputs", 16, "int8: the calibration text's most frequent words, each repeated "
+                         "to the longest input, calibrate too (and half as many runs of joined sentences); 0: none.")
+    flags.DEFINE_enum("int8_attention", "bfloat16", list(ATTENTION_DTYPES), "int8: dtype of attention between the "
+                      "int8 matmuls (float32: long inputs stay closer to float32, a little slower).")
 
 
 def options_from_flags(values):
@@ -105,5 +134,6 @@ def options_from_flags(values):
             raise ValueError(f"--int8_smoothing={smoothing!r} is neither a number nor per_layer") from None
     return Int8Options(smoothing=smoothing, ranges=values.int8_ranges, percentile=values.int8_percentile,
                        fallback_cosine=values.int8_fallback_cosine,
-                       max_fallback_layers=values.int8_max_fallback_layers)
+                       max_fallback_layers=values.int8_max_fallback_layers, attention=values.int8_attention,
+                       stress_inputs=values.int8_stress_inputs)
 

@@ -304,7 +304,7 @@ def _packed(encoder, precision, streams, single_sentence):
 
 @gin.configurable(denylist=["tokenizer", "encoder"])
 def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True, calibration_file=None,
-                     calibration_sentences=300, int8=None, streams=INFERENCE_STREAMS, single_sentence=False):
+                     calibration_sentences=2000, int8=None, streams=INFERENCE_STREAMS, single_sentence=False):
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the

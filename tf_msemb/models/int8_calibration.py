@@ -37,6 +37,7 @@ from tf_msemb.models.quantization import minmax_range
 from tf_msemb.models.quantization import quantize_layer
 
 RANGES = ("minmax", "percentile", "mse")
+ATTENTION_DTYPES = ("bfloat16", "float32")
 SMOOTHING_CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9)
 SAMPLED_ROWS = 8192  # input rows per matmul that percentile and MSE ranges are chosen on
 MSE_VALUES = 1 << 20  # sampled values the MSE search scores each candidate range on
@@ -58,6 +59,17 @@ class Int8Options:
         fallback_cosine: budget: bfloat16 layers until the held-out sentence
             vectors' mean cosine to float32 is at least this; None: all int8.
         max_fallback_layers: at most this many bfloat16 layers (None: any).
+        attention: dtype attention runs in between the int8 matmuls
+            (`"bfloat16"`, which the query-key-value matmul writes, or
+            `"float32"`: long inputs stay closer to float32).
+        stress_inputs: the calibration text's most frequent words, each
+            repeated up to the longest input, that calibrate the ranges too
+            (`tf_msemb.export.int8.calibration_batches`), and half as many
+            runs of its sentences joined up to that length. Attention over
+            a long repetition reaches values that short sentences never
+            do: MiniLM's attention output input 3.3 times past its calibrated
+            range on `"x " * 300`, cosine 0.90 to float32 without them and 0.99
+            with 16 (other words than `x`).
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING
@@ -65,12 +77,16 @@ class Int8Options:
     percentile: float = 99.99
     fallback_cosine: float | None = None
     max_fallback_layers: int | None = None
+    attention: str = "bfloat16"
+    stress_inputs: int = 16
 
     def __post_init__(self):
         if self.ranges not in RANGES:
             raise ValueError(f"int8 ranges {self.ranges!r} is not one of {', '.join(RANGES)}")
         if self.smoothing != "per_layer" and not 0.0 <= float(self.smoothing) <= 1.0:
             raise ValueError(f"int8 smoothing {self.smoothing!r} is neither an alpha in [0, 1] nor 'per_layer'")
+        if self.attention not in ATTENTION_DTYPES:
+            raise ValueError(f"int8 attention {self.attention!r} is not one of {', '.join(ATTENTION_DTYPES)}")
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"int8 percentile {self.percentile} is not in (50, 100]")
 
