@@ -13,6 +13,7 @@ from tf_msemb.models.int8_calibration import bfloat16_layer
 from tf_msemb.models.int8_calibration import mse_range
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import int8_support
+from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.models.packed_backbone import read_supported
 from tf_msemb.models.quantization import RangeObserver
 
@@ -93,21 +94,11 @@ def test_options_name_the_bad_value():
 
 
 def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
-    dense = lambda x, residual=None, training=False: x  # noqa: E731
     rng = np.random.default_rng(0)
     kernel, bias = rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=6).astype(np.float32)
-
-    class Float:
-        activation = "gelu"
-
-        def float_weights(self):
-            return tf.constant(kernel), tf.constant(bias)
-
-    observer = RangeObserver(dense)
-    observer.dense = Float()
-    observer.low = np.zeros(8)
+    dense = PackedDense([tf.Variable(kernel)], [tf.Variable(bias)], tf.float32, activation="gelu")
     x = rng.normal(size=(5, 8)).astype(np.float32)
-    got = bfloat16_layer([observer])[0](tf.constant(x), residual=tf.ones([5, 6]))
+    got = bfloat16_layer([dense])[0](tf.constant(x), residual=tf.ones([5, 6]))
     assert got.dtype == tf.float32
     want = 1.0 + tf.nn.gelu(x @ kernel + bias, approximate=False).numpy()
     np.testing.assert_allclose(got.numpy(), want, atol=0.05)

@@ -122,15 +122,11 @@ def mse_range(values, low, high):
     return best
 
 
-def bfloat16_layer(observers):
-    """The four matmuls of an observed layer in bfloat16 (float32 residual sums), its int8 fallback."""
-    denses = []
-    for observer in observers:
-        kernel, bias = observer.weights()
-        denses.append(PackedDense([tf.constant(kernel, tf.float32)], [tf.Variable(bias.astype(np.float32),
-                                                                                 trainable=False)],
-                                  tf.bfloat16, frozen_cast=True, activation=observer.dense.activation))
-    return denses
+def bfloat16_layer(denses):
+    """A layer's four float matmuls (`PackedDense`s) in bfloat16 with float32 residual sums: its int8 fallback."""
+    return [PackedDense([tf.constant(kernel)], [tf.Variable(bias, trainable=False)], tf.bfloat16, frozen_cast=True,
+                        activation=dense.activation)
+            for dense, (kernel, bias) in ((dense, dense.float_weights()) for dense in denses)]
 
 
 def _token_cosines(got, want):
@@ -144,12 +140,11 @@ def _summary(cosines):
 
 
 class _Batch:
-    """One calibration batch: its length-sorted ids, and the attention groups of each backbone."""
+    """One batch of token ids, sorted by length as the backbones run them, with the reference's attention groups."""
 
-    def __init__(self, ids, reference, target):
-        self.ids, _, self.reference_groups = reference.sorted_input(ids)
-        self.target_groups = target.sorted_input(self.ids)[2]
+    def __init__(self, ids, reference):
         self.original = ids
+        self.ids, _, self.groups = reference.sorted_input(ids)
 
 
 def _layer_function(target, layer):
@@ -178,38 +173,33 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
     if not batches or not held_out:
         raise ValueError("int8 calibration needs calibration and held-out sentences (at least one of each).")
     fraction = min(1.0, SAMPLED_ROWS / max(1, sum(int(tf.size(ids.flat_values)) for ids in batches)))
-    calibration = [_Batch(ids, reference, target) for ids in batches]
-    # One batch of every held-out sentence: each candidate layer is traced and run once.
-    checks = [_Batch(tf.concat(list(held_out), axis=0), reference, target)]
+    calibration = [_Batch(ids, reference) for ids in batches]
+    # Every held-out sentence in one batch: each candidate layer is traced and run once.
+    check = _Batch(tf.concat(list(held_out), axis=0), reference)
     states = [reference.embed(batch.ids) for batch in calibration]
-    check_states = [reference.embed(batch.ids) for batch in checks]
-    layers, observed, reference_states = [], [], []
+    check_states = [reference.embed(check.ids)]
+    layers = []
     for index, layer in enumerate(reference.layers):
         observers = [RangeObserver(layer[role], fraction if options.ranges != "minmax" else 0.0, seed=index)
                      for role in LAYER_DENSES]
         watched = dict(layer, **dict(zip(LAYER_DENSES, observers)))
-        states = [reference.run_layer(watched, x, batch.reference_groups) for x, batch in zip(states, calibration)]
-        wanted = [reference.run_layer(layer, x, batch.reference_groups) for x, batch in zip(check_states, checks)]
+        states = [reference.run_layer(watched, x, batch.groups) for x, batch in zip(states, calibration)]
+        want = reference.run_layer(layer, check_states[-1], check.groups)
         best = None
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
                 observers, alpha, target.attention_dtype, options.input_range))))
-            run = _layer_function(target, candidate)
-            cosines = np.concatenate([_token_cosines(run(x, batch.ids), want)
-                                      for x, batch, want in zip(check_states, checks, wanted)])
+            cosines = _token_cosines(_layer_function(target, candidate)(check_states[-1], check.ids), want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
         target.layers[index].update((role, best[1][role]) for role in LAYER_DENSES)
         layers.append({"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2])})
-        observed.append(observers)
-        reference_states.append(wanted)
-        check_states = wanted
+        check_states.append(want)
 
-    want = np.concatenate([pool(reference(batch.original), batch.original) for batch in checks])
+    want = pool(reference(check.original), check.original)
 
     def sentence_cosines():
-        encode = tf.function(lambda ids: pool(target(ids), ids), reduce_retracing=True)
-        return _token_cosines(np.concatenate([encode(batch.original) for batch in checks]), want)
+        return _token_cosines(tf.function(lambda ids: pool(target(ids), ids))(check.original), want)
 
     all_int8 = sentence_cosines()
     cosines, fallback = all_int8, []
@@ -217,16 +207,15 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
     limit = len(layers) if options.max_fallback_layers is None else options.max_fallback_layers
     while options.fallback_cosine is not None and cosines.mean() < options.fallback_cosine and len(fallback) < limit:
         index = worst_first[len(fallback)]
-        target.layers[index].update(zip(LAYER_DENSES, bfloat16_layer(observed[index])))
+        target.layers[index].update(zip(LAYER_DENSES, bfloat16_layer(
+            [reference.layers[index][role] for role in LAYER_DENSES])))
         layers[index]["precision"] = "bfloat16"
         fallback.append(index)
         cosines = sentence_cosines()
-    exported_states = [target.embed(batch.ids) for batch in checks]
+    exported = target.embed(check.ids)
     for index, layer in enumerate(target.layers):
-        run = _layer_function(target, layer)
-        exported_states = [run(x, batch.ids) for x, batch in zip(exported_states, checks)]
-        layers[index]["cumulative_cosine"] = _summary(np.concatenate(
-            [_token_cosines(got, want) for got, want in zip(exported_states, reference_states[index])]))
-    return {**dataclasses.asdict(options), "held_out_sentences": int(sum(int(b.original.nrows()) for b in checks)),
+        exported = _layer_function(target, layer)(exported, check.ids)
+        layers[index]["cumulative_cosine"] = _summary(_token_cosines(exported, check_states[index + 1]))
+    return {**dataclasses.asdict(options), "held_out_sentences": int(check.original.nrows()),
             "layers": layers, "fallback_layers": fallback,
             "sentence_cosine": {"all_int8": _summary(all_int8), "exported": _summary(cosines)}}
