@@ -15,6 +15,7 @@ from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import int8_support
 from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.models.packed_backbone import read_supported
+from tf_msemb.models.quantization import Int8Dense
 from tf_msemb.models.quantization import RangeObserver
 
 INT8_UNSUPPORTED = int8_support()
@@ -137,3 +138,37 @@ def test_smoothing_per_layer_keeps_the_best_candidate_of_each_layer(deep_encoder
     for fixed_layer, layer in zip(fixed["layers"], chosen["layers"]):
         assert layer["smoothing"] in SMOOTHING_CANDIDATES
         assert layer["isolated_cosine"]["mean"] >= fixed_layer["isolated_cosine"]["mean"] - 1e-6
+
+
+@needs_int8
+def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_encoder):
+    plain = _int8(deep_encoder, Int8Options(fallback_unit="block")).int8_report
+    blocks = {(layer["layer"], block): entry["isolated_cosine"]["mean"]
+              for layer in plain["layers"] for block, entry in layer["blocks"].items()}
+    # The damaged channel is in the feed-forward: its block loses, the same layer's attention does not.
+    assert min(blocks, key=blocks.get) == (DAMAGED, "feed_forward"), blocks
+    assert blocks[DAMAGED, "attention"] > blocks[DAMAGED, "feed_forward"]
+    assert plain["fallback_blocks"] == [] and plain["fallback_layers"] == []
+
+    budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
+        1 - plain["sentence_cosine"]["all_int8"]["mean"]))
+    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, fallback_unit="block", max_fallback_layers=1))
+    report = packed.int8_report
+    assert report["fallback_blocks"] == [[DAMAGED, "feed_forward"]] and report["fallback_layers"] == [DAMAGED]
+    damaged = report["layers"][DAMAGED]
+    assert damaged["precision"] == "bfloat16 feed-forward"
+    assert damaged["blocks"]["feed_forward"]["precision"] == "bfloat16"
+    assert damaged["blocks"]["attention"]["precision"] == "int8"
+    # The attention block kept its int8 matmuls and the feed-forward block runs the float weights in bfloat16.
+    layer = packed.backbone.layers[DAMAGED]
+    assert isinstance(layer["qkv"], Int8Dense) and isinstance(layer["attention_output"], Int8Dense)
+    assert isinstance(layer["intermediate"], PackedDense) and layer["intermediate"].compute_dtype == tf.bfloat16
+    assert isinstance(layer["output"], PackedDense)
+    assert report["sentence_cosine"]["exported"]["mean"] > report["sentence_cosine"]["all_int8"]["mean"]
+    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
+    assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
+
+
+def test_an_unknown_fallback_unit_is_named():
+    with pytest.raises(ValueError, match="fallback unit 'matmul'"):
+        Int8Options(fallback_unit="matmul")

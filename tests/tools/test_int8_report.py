@@ -37,6 +37,26 @@ def test_prints_a_row_per_layer_and_writes_the_report(tmp_path):
     assert all(f"probe {name!r}: cosine" in result.stdout for name in PROBES)
 
 
+@pytest.mark.skipif(int8_support() is not None, reason=f"{int8_support()}")
+def test_block_fallback_prints_each_block_and_the_blocks_in_bfloat16(tmp_path):
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text("".join(f"sentence {i} about a dog in the park\n" for i in range(40)), encoding="utf-8")
+    result = subprocess.run([sys.executable, TOOL, f"--model={checkpoint('bert_wordpiece_uncased')}",
+                             f"--calibration_file={calibration}", "--int8_fallback_unit=block",
+                             "--int8_fallback_cosine=1.0", "--int8_max_fallback_layers=1",
+                             f"--output={tmp_path / 'report.json'}"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    blocks = {(layer["layer"], block): entry["isolated_cosine"]["mean"]
+              for layer in report["layers"] for block, entry in layer["blocks"].items()}
+    worst = min(blocks, key=blocks.get)
+    assert report["fallback_blocks"] == [list(worst)] and report["fallback_layers"] == [worst[0]]
+    name = worst[1].replace("_", "-")
+    assert f"as exported (bfloat16 blocks: {worst[0]} {name})" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if line.split() and line.split()[0] == str(worst[0]))
+    assert f"bfloat16 {name}" in row and f"{name} {blocks[worst]:.6f}" in row
+
+
 def test_a_bad_smoothing_value_ends_in_one_error_line(tmp_path):
     result = subprocess.run([sys.executable, TOOL, f"--model={checkpoint('bert_wordpiece_uncased')}",
                              f"--calibration_file={tmp_path / 'c.txt'}", "--int8_smoothing=lots"],

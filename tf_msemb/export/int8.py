@@ -17,6 +17,7 @@ from absl import flags
 
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.int8_calibration import ATTENTION_DTYPES
+from tf_msemb.models.int8_calibration import FALLBACK_UNITS
 from tf_msemb.models.int8_calibration import RANGES
 from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.packed import PackedEncoder
@@ -117,7 +118,9 @@ def define_flags():
     flags.DEFINE_float("int8_percentile", 99.99, "int8: with --int8_ranges=percentile.")
     flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers that lose most run in bfloat16 until "
                        "the held-out sentence vectors' mean cosine to float32 reaches this.")
-    flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers.")
+    flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers (or blocks).")
+    flags.DEFINE_enum("int8_fallback_unit", "layer", list(FALLBACK_UNITS), "int8: what falls back to bfloat16: "
+                      "whole layers, or blocks (a layer's attention or feed-forward matmuls), each scored alone.")
     flags.DEFINE_integer("int8_stress_inputs", 16, "int8: the calibration text's most frequent words, each repeated "
                          "to the longest input, calibrate too (and half as many runs of joined sentences); 0: none.")
     flags.DEFINE_enum("int8_attention", "bfloat16", list(ATTENTION_DTYPES), "int8: dtype of attention between the "
@@ -135,5 +138,5 @@ def options_from_flags(values):
     return Int8Options(smoothing=smoothing, ranges=values.int8_ranges, percentile=values.int8_percentile,
                        fallback_cosine=values.int8_fallback_cosine,
                        max_fallback_layers=values.int8_max_fallback_layers, attention=values.int8_attention,
-                       stress_inputs=values.int8_stress_inputs)
+                       stress_inputs=values.int8_stress_inputs, fallback_unit=values.int8_fallback_unit)
 

@@ -18,6 +18,8 @@ import json
 import os
 import shlex
 
+from tf_msemb.models.int8_calibration import describe_fallback
+
 CARD_FILE = "README.md"
 METADATA_FILE = "tf_msemb_export.json"
 # The encoder settings the card names, where the encoder's config has them.
@@ -60,12 +62,11 @@ def _model_rows(metadata):
     precision = metadata["compute_precision"]
     if metadata.get("int8_calibration"):
         calibration = metadata["int8_calibration"]
-        fallback = calibration.get("fallback_layers") or []
         cosine = (calibration.get("sentence_cosine") or {}).get("exported") or {}
         precision += (f" (calibrated on the first {calibration['sentences']} lines at most of "
                       f"{calibration['file']}, SmoothQuant smoothing {calibration.get('smoothing')}, "
-                      f"{calibration.get('ranges')} activation ranges; layers in bfloat16: "
-                      f"{', '.join(map(str, fallback)) or 'none'}; held-out sentence cosine to float32: "
+                      f"{calibration.get('ranges')} activation ranges; in bfloat16: "
+                      f"{describe_fallback(calibration)}; held-out sentence cosine to float32: "
                       f"mean {cosine.get('mean')}, min {cosine.get('min')})")
     prompts = metadata.get("prompts") or {}
     default = metadata.get("default_prompt_name")

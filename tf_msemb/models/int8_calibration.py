@@ -16,7 +16,11 @@ one layer at a time and measures what each choice costs where it is made:
 3. With a `fallback_cosine` budget, the layers that lose most (lowest isolated
    cosine) run their matmuls in bfloat16 instead, one at a time, until the
    held-out sentence vectors' mean cosine to float32 reaches the budget or
-   `max_fallback_layers` is reached.
+   `max_fallback_layers` is reached. With `fallback_unit="block"` the unit is
+   half a layer (`BLOCKS`: attention's two matmuls, or the feed-forward's
+   two), each scored by its own isolated cosine (that block int8, the rest
+   of the layer float32): a layer that loses in one block keeps the other's
+   int8 speed.
 
 Each layer's `cumulative_cosine` (the exported int8 layers from the
 embeddings up to its output, against float32's) shows where the error
@@ -39,6 +43,10 @@ from tf_msemb.models.quantization import quantize_layer
 RANGES = ("minmax", "percentile", "mse")
 ATTENTION_DTYPES = ("bfloat16", "float32")
 SMOOTHING_CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9)
+FALLBACK_UNITS = ("layer", "block")
+# A layer's matmuls in the two groups that quantize together: the attention output's smoothing is folded into qkv's
+# value columns, and the intermediate matmul writes the int8 input of the output one.
+BLOCKS = {"attention": ("qkv", "attention_output"), "feed_forward": ("intermediate", "output")}
 SAMPLED_ROWS = 8192  # input rows per matmul that percentile and MSE ranges are chosen on
 MSE_VALUES = 1 << 20  # sampled values the MSE search scores each candidate range on
 MSE_SHRINKS = np.linspace(0.1, 1.0, 46)  # candidate ranges: the min/max range times each
@@ -58,7 +66,9 @@ class Int8Options:
         percentile: for `ranges="percentile"`.
         fallback_cosine: budget: bfloat16 layers until the held-out sentence
             vectors' mean cosine to float32 is at least this; None: all int8.
-        max_fallback_layers: at most this many bfloat16 layers (None: any).
+        max_fallback_layers: at most this many bfloat16 units (None: any).
+        fallback_unit: what falls back to bfloat16: a `"layer"`, or a
+            `"block"` (`BLOCKS`: half a layer).
         attention: dtype attention runs in between the int8 matmuls
             (`"bfloat16"`, which the query-key-value matmul writes, or
             `"float32"`: long inputs stay closer to float32).
@@ -79,12 +89,15 @@ class Int8Options:
     max_fallback_layers: int | None = None
     attention: str = "bfloat16"
     stress_inputs: int = 16
+    fallback_unit: str = "layer"
 
     def __post_init__(self):
         if self.ranges not in RANGES:
             raise ValueError(f"int8 ranges {self.ranges!r} is not one of {', '.join(RANGES)}")
         if self.smoothing != "per_layer" and not 0.0 <= float(self.smoothing) <= 1.0:
             raise ValueError(f"int8 smoothing {self.smoothing!r} is neither an alpha in [0, 1] nor 'per_layer'")
+        if self.fallback_unit not in FALLBACK_UNITS:
+            raise ValueError(f"int8 fallback unit {self.fallback_unit!r} is not one of {', '.join(FALLBACK_UNITS)}")
         if self.attention not in ATTENTION_DTYPES:
             raise ValueError(f"int8 attention {self.attention!r} is not one of {', '.join(ATTENTION_DTYPES)}")
         if not 50.0 < self.percentile <= 100.0:
@@ -123,7 +136,7 @@ def mse_range(values, low, high):
 
 
 def bfloat16_layer(denses):
-    """A layer's four float matmuls (`PackedDense`s) in bfloat16 with float32 residual sums: its int8 fallback."""
+    """A layer's float matmuls (`PackedDense`s) in bfloat16 with float32 residual sums: its int8 fallback."""
     return [PackedDense([tf.constant(kernel)], [tf.Variable(bias, trainable=False)], tf.bfloat16, frozen_cast=True,
                         activation=dense.activation)
             for dense, (kernel, bias) in ((dense, dense.float_weights()) for dense in denses)]
@@ -168,7 +181,8 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
         pool: `(token states, ids) -> [b, d]` sentence vectors of the encoder.
         options: `Int8Options`.
     Returns: the report (JSON-ready): options, per-layer alpha, precision and
-    isolated cosine, and the held-out sentence cosines before and after fallback.
+    isolated cosine (per block too with `fallback_unit="block"`), the units
+    that fell back, and the held-out sentence cosines before and after it.
     """
     if not batches or not held_out:
         raise ValueError("int8 calibration needs calibration and held-out sentences (at least one of each).")
@@ -192,8 +206,15 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
             cosines = _token_cosines(_layer_function(target, candidate)(check_states[-1], check.ids), want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
+        entry = {"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2])}
+        if options.fallback_unit == "block":
+            entry["blocks"] = {
+                block: {"precision": "int8", "isolated_cosine": _summary(_token_cosines(_layer_function(target, dict(
+                    target.layers[index], **{role: best[1][role] for role in roles}))(check_states[-1], check.ids),
+                    want))}
+                for block, roles in BLOCKS.items()}
         target.layers[index].update((role, best[1][role]) for role in LAYER_DENSES)
-        layers.append({"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2])})
+        layers.append(entry)
         check_states.append(want)
 
     want = pool(reference(check.original), check.original)
@@ -203,19 +224,49 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
 
     all_int8 = sentence_cosines()
     cosines, fallback = all_int8, []
-    worst_first = sorted(range(len(layers)), key=lambda i: layers[i]["isolated_cosine"]["mean"])
-    limit = len(layers) if options.max_fallback_layers is None else options.max_fallback_layers
+    units = _fallback_units(layers, options.fallback_unit)
+    limit = len(units) if options.max_fallback_layers is None else options.max_fallback_layers
     while options.fallback_cosine is not None and cosines.mean() < options.fallback_cosine and len(fallback) < limit:
-        index = worst_first[len(fallback)]
-        target.layers[index].update(zip(LAYER_DENSES, bfloat16_layer(
-            [reference.layers[index][role] for role in LAYER_DENSES])))
-        layers[index]["precision"] = "bfloat16"
-        fallback.append(index)
+        index, block = units[len(fallback)]
+        roles = LAYER_DENSES if block is None else BLOCKS[block]
+        target.layers[index].update(zip(roles, bfloat16_layer([reference.layers[index][role] for role in roles])))
+        _mark_bfloat16(layers[index], block)
+        fallback.append((index, block))
         cosines = sentence_cosines()
     exported = target.embed(check.ids)
     for index, layer in enumerate(target.layers):
         exported = _layer_function(target, layer)(exported, check.ids)
         layers[index]["cumulative_cosine"] = _summary(_token_cosines(exported, check_states[index + 1]))
+    by_block = {} if options.fallback_unit == "layer" else {
+        "fallback_blocks": [[index, block] for index, block in fallback]}
     return {**dataclasses.asdict(options), "held_out_sentences": int(check.original.nrows()),
-            "layers": layers, "fallback_layers": fallback,
+            "layers": layers, "fallback_layers": list(dict.fromkeys(index for index, _ in fallback)), **by_block,
             "sentence_cosine": {"all_int8": _summary(all_int8), "exported": _summary(cosines)}}
+
+
+def _fallback_units(layers, unit):
+    """`(layer index, block name or None)` of every unit that can fall back, lowest isolated cosine first."""
+    if unit == "layer":
+        units = [((i, None), layer["isolated_cosine"]["mean"]) for i, layer in enumerate(layers)]
+    else:
+        units = [((i, block), entry["isolated_cosine"]["mean"])
+                 for i, layer in enumerate(layers) for block, entry in layer["blocks"].items()]
+    return [unit for unit, _ in sorted(units, key=lambda item: item[1])]
+
+
+def _mark_bfloat16(layer, block):
+    """Records in a layer's report entry that `block` (None: all of it) runs in bfloat16."""
+    if block is None:
+        layer["precision"] = "bfloat16"
+        return
+    layer["blocks"][block]["precision"] = "bfloat16"
+    precisions = {entry["precision"] for entry in layer["blocks"].values()}
+    layer["precision"] = precisions.pop() if len(precisions) == 1 else f"bfloat16 {block.replace('_', '-')}"
+
+
+def describe_fallback(report):
+    """What a calibration `report` put in bfloat16, as text: `layers: 4, 5` or `blocks: 4 feed-forward, ...`."""
+    if report.get("fallback_blocks") is not None:
+        units = [f"{index} {block.replace('_', '-')}" for index, block in report["fallback_blocks"]]
+        return f"blocks: {', '.join(units) or 'none'}"
+    return f"layers: {', '.join(map(str, report.get('fallback_layers') or [])) or 'none'}"
