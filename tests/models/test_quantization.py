@@ -37,7 +37,8 @@ def _layer(seed=0, inputs=64, units=48):
 
 
 def _int8(kernel, bias, x, smoothing, **options):
-    smoothed, inverse, input_range = smooth(kernel, x.min(axis=0), x.max(axis=0), smoothing)
+    smoothed, inverse = smooth(kernel, x.min(axis=0), x.max(axis=0), smoothing)
+    input_range = (np.min(x.min(axis=0) * inverse), np.max(x.max(axis=0) * inverse))
     return Int8Dense(smoothed, bias, input_range, inverse, **options)
 
 

@@ -172,18 +172,18 @@ def minmax_range(observer, scale):
 
 
 def smooth(kernel, low, high, alpha):
-    """SmoothQuant of a matmul whose input channels range over `[low, high]`: `(kernel with row j times s_j, 1 / s,
-    the range of the input divided by s)`, what `Int8Dense` takes as kernel, input_scale and input_range."""
+    """SmoothQuant of a matmul whose input channels range over `[low, high]`: `(kernel with row j times s_j, 1 / s)`,
+    what `Int8Dense` takes as kernel and input_scale."""
     s = smoothing_factors(low, high, kernel, alpha)
-    return kernel * s[:, None], 1 / s, (np.min(low / s), np.max(high / s))
+    return kernel * s[:, None], 1 / s
 
 
 def _smoothed(observer, alpha, input_range, kernel=None):
-    """`(kernel with rows times s, 1 / s, the smoothed input's range by input_range(observer, 1 / s))` of an
-    observed dense (its own kernel, or `kernel`)."""
+    """`smooth` of an observed dense (its own kernel, or `kernel`), and the smoothed input's range by
+    `input_range(observer, 1 / s)`."""
     kernel = observer.weights()[0] if kernel is None else kernel
-    s = smoothing_factors(observer.low, observer.high, kernel, alpha)
-    return kernel * s[:, None], 1 / s, input_range(observer, 1 / s)
+    smoothed, inverse = smooth(kernel, observer.low, observer.high, alpha)
+    return smoothed, inverse, input_range(observer, inverse)
 
 
 def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range):
