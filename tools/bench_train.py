@@ -11,7 +11,15 @@ without teacher vectors). The rate excludes start-up and tracing (it starts
 after the first logged step). Extra `--gin_param`s apply to every variant.
 `--intra_op_threads` may repeat: a row of each variant per setting.
 `--grad_cache_chunk` may repeat too: a row per chunk size, 0 for the plain
-step (`train.gradient_cache_chunk`, objectives with in-batch negatives):
+step (`train.gradient_cache_chunk`, objectives with in-batch negatives).
+`--row=LABEL:BINDING[;BINDING...]` may repeat: a row per entry with those
+extra bindings (switches side by side against one peer run):
+
+    python tools/bench_train.py --gin_file=configs/distill_e5small.gin --row=dense: \
+        --row='touched rows:make_optimizer.embedding_update = "touched_rows"' \
+        --row='frozen:train.frozen_embeddings = True' --peer_model=runs/e5-small
+
+or, for gradient caching:
 
     python tools/bench_train.py --gin_file=configs/bide_ams.gin --batch_size=1024 \
         --steps=3 --warmup=2 --grad_cache_chunk=0 --grad_cache_chunk=128 --peer=false
@@ -48,6 +56,8 @@ flags.DEFINE_integer("steps", 40, "Measured steps (after the warm-up steps).")
 flags.DEFINE_integer("warmup", 10, "Steps before the measured ones (tracing, first allocations); at least 1.")
 flags.DEFINE_multi_integer("grad_cache_chunk", None, "Rows per forward of a gradient-cached step (0: the plain "
                            "step); repeat for a row per setting. Unset: the recipe's own train.gradient_cache_chunk.")
+flags.DEFINE_multi_string("row", None, "LABEL:BINDING[;BINDING...]: a row (of each variant and setting) with "
+                          "these extra bindings; repeat for several. Unset: one row, the recipe as written.")
 flags.DEFINE_multi_enum("variant", ["precomputed"], ["precomputed", "live"], "Teacher variants to run.")
 flags.DEFINE_string("live_corpus", None, "Corpus without teacher vectors, for the live variant.")
 flags.DEFINE_string("teacher", "all-MiniLM-L6-v2", "Teacher of the live variant.")
@@ -70,6 +80,17 @@ def _variant_bindings(variant):
         "MultilingualDistillation.teacher_dim = None",
         f"make_dataset.corpora = ['{FLAGS.live_corpus}']",
     ]
+
+
+def _extra_rows(specs):
+    """`[(label, [binding, ...])]` of `--row` values (`LABEL:BINDING;BINDING`); one unlabelled row without any."""
+    rows = []
+    for spec in specs or []:
+        label, colon, bindings = spec.partition(":")
+        if not colon or not label.strip():
+            raise ValueError(f"--row={spec!r} is not LABEL:BINDING[;BINDING...] (the label before the first colon)")
+        rows.append((label.strip(), [b.strip() for b in bindings.split(";") if b.strip()]))
+    return rows or [("", [])]
 
 
 def run_child():
@@ -146,16 +167,18 @@ def main(argv):
     settings = list(dict.fromkeys(FLAGS.intra_op_threads))
     chunks = list(dict.fromkeys(FLAGS.grad_cache_chunk or [None]))
     for variant in FLAGS.variant:
-        for threads in settings:
-            for chunk in chunks:
-                command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}",
-                           f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--intra_op_threads={threads}"]
-                command += [] if chunk is None else [f"--grad_cache_chunk={chunk}"]
-                command += [f"--gin_file={f}" for f in FLAGS.gin_file]
-                command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant)]
-                name = variant + (f" intra {threads or 'TF'}" if settings != [0] else "")
-                name += "" if chunk is None else f" cached {chunk}" if chunk else " plain"
-                rows.append((name, run_json(command, f"variant {name}")))
+        for label, bindings in _extra_rows(FLAGS.row):
+            for threads in settings:
+                for chunk in chunks:
+                    command = [sys.executable, __file__, "--child", f"--batch_size={FLAGS.batch_size}",
+                               f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}", f"--intra_op_threads={threads}"]
+                    command += [] if chunk is None else [f"--grad_cache_chunk={chunk}"]
+                    command += [f"--gin_file={f}" for f in FLAGS.gin_file]
+                    command += [f"--gin_param={b}" for b in FLAGS.gin_param + _variant_bindings(variant) + bindings]
+                    name = variant + (f" {label}" if label else "")
+                    name += f" intra {threads or 'TF'}" if settings != [0] else ""
+                    name += "" if chunk is None else f" cached {chunk}" if chunk else " plain"
+                    rows.append((name, run_json(command, f"variant {name}")))
     if FLAGS.peer and peer_available(FLAGS.peer_python):
         with tempfile.TemporaryDirectory() as work:
             pairs = os.path.join(work, "pairs.jsonl")
@@ -168,9 +191,10 @@ def main(argv):
                 print("(sentence-transformers side skipped: the recipe has no precomputed teacher vectors)")
     elif FLAGS.peer:
         print(missing_note(FLAGS.peer_python))
-    print(f"{'variant':<32} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
+    width = max(32, *(len(name) + 1 for name, _ in rows))
+    print(f"{'variant':<{width}} {'batch':>6} {'pairs/s':>9} {'peak RSS MiB':>13}")
     for variant, r in rows:
-        print(f"{variant:<32} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
+        print(f"{variant:<{width}} {FLAGS.batch_size:>6} {r['pairs_per_second']:>9.1f} {r['peak_rss_mib']:>13.0f}")
     if rows[-1][0] == "sentence-transformers":
         theirs = rows[-1][1]["pairs_per_second"]
         for variant, r in rows[:-1]:
