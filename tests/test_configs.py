@@ -133,3 +133,16 @@ def test_moco_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstar
                 f"make_dataset.corpora = ['{quickstart_records}']")
     assert "step 3/3 loss" in out and "accuracy" in out and "dev/xsts mean" in out
     assert not (tmp_path / "moco" / "export" / "target").exists()
+
+
+def test_ems_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
+    """Seed 003 on a vocabulary without <2xx> pieces: u_la a row per corpus language, L_emb the start's input
+    table (no table of the vocabulary's size is added)."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    out = train("ems_e5small.gin", tmp_path / "ems", f"START = '{start}'",
+                f"make_dataset.corpora = ['{quickstart_records}']")
+    assert "step 3/3 loss" in out and "xtr_loss" in out and "contrastive_loss" in out and "dev/xsts mean" in out
+    operative = (tmp_path / "ems" / "operative_config.gin").read_text()
+    assert "EMS.share_output_embedding = True" in operative

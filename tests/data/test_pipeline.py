@@ -149,27 +149,32 @@ def test_input_sharding_by_record_when_files_are_few(tokenizer, tmp_path):
     assert sorted(sum(seen, [])) == sorted(f"de{i}" for i in range(30))
 
 
-def test_language_ids_are_the_ids_of_the_language_tokens(tokenizer, tmp_path):
+def test_language_ids_index_the_corpus_languages_sorted_or_the_given_list(tokenizer, tmp_path):
     corpus = _corpus(tmp_path, "c", {"de": 30, "fr": 30})
     ds = make_dataset(corpus, tokenizer, batch_size=16, max_tokens=48, features=[F.RawText(), F.LanguageIds()])
     batch = next(iter(ds))
-    assert set(batch["src_lang_id"].numpy()) == {tokenizer.token_to_id("<2en>")}
-    expected = [tokenizer.token_to_id(f"<2{t.decode()[:2]}>") for t in batch["tgt_text"].numpy()]
-    assert list(batch["tgt_lang_id"].numpy()) == expected
-    assert len(set(expected)) == 2 and tokenizer.unk_id not in expected
+    order = ["de", "en", "fr"]
+    assert set(batch["src_lang_id"].numpy()) == {order.index("en")}
+    expected = [order.index(t.decode()[:2]) for t in batch["tgt_text"].numpy()]
+    assert list(batch["tgt_lang_id"].numpy()) == expected and set(expected) == {0, 2}
+    # A given list sets the order (a table's rows); no <2xx> token is needed: "cs" has none in this vocabulary.
+    given = _corpus(tmp_path, "g", {"cs": 10})
+    batch = next(iter(make_dataset(given, tokenizer, batch_size=4, max_tokens=48,
+                                   features=[F.LanguageIds(["cs", "en"], max_languages=2)])))
+    assert set(batch["src_lang_id"].numpy()) == {1} and set(batch["tgt_lang_id"].numpy()) == {0}
 
 
-def test_a_language_without_a_token_is_named(tokenizer, tmp_path):
-    corpus = _corpus(tmp_path, "c", {"cs": 10})
-    with pytest.raises(CorpusError, match=r"Language 'cs' has no <2cs> token .*--languages=cs,en"):
-        make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, features=[F.LanguageIds()])
+def test_more_languages_than_table_rows_are_named(tokenizer, tmp_path):
+    corpus = _corpus(tmp_path, "c", {"de": 10, "fr": 10})
+    with pytest.raises(CorpusError, match=r"3 languages \(de en fr\) but a table of 2 rows; raise max_languages"):
+        make_dataset(corpus, tokenizer, batch_size=4, max_tokens=48, features=[F.LanguageIds(max_languages=2)])
 
 
 def test_an_unknown_tag_in_the_records_is_named(tokenizer, tmp_path):
     _corpus(tmp_path, "c", {"fr": 10})
     shards = str(tmp_path / "c" / "c.en-fr.tfrecord-*")
     ds = make_dataset(shards, tokenizer, batch_size=4, max_tokens=48, features=[F.LanguageIds(["en", "de"])])
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Unknown language tag.*fr.*knows de en"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Unknown language tag.*fr.*knows en de"):
         next(iter(ds))
 
 

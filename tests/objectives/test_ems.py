@@ -49,7 +49,7 @@ def _model(optimizer, dropout=0.1, seed=0, vocabulary_size=VOCABULARY, **options
 
 def _batch(rng, batch=8):
     data = {"src": random_tokens(rng, (batch, 7), VOCABULARY), "tgt": random_tokens(rng, (batch, 6), VOCABULARY)}
-    # Token ids 4 and 5 stand for <2en> and <2de>.
+    # Rows 4 and 5 of W_la stand for en and de.
     data["src_lang_id"] = np.full(batch, 4, np.int32)
     data["tgt_lang_id"] = rng.choice([4, 5], size=batch).astype(np.int32)
     return data
@@ -119,7 +119,7 @@ def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy,
     )
 
 
-def test_loss_falls_on_real_pairs_with_language_tokens(tokenizer, quickstart_records):
+def test_loss_falls_on_real_pairs_with_language_ids(tokenizer, quickstart_records):
     model = _model(keras.optimizers.Adam(3e-3), vocabulary_size=tokenizer.vocabulary_size)
     data = iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=48, features=model.input_features))
     step = tf.function(model.train_step, reduce_retracing=True)
@@ -129,6 +129,28 @@ def test_loss_falls_on_real_pairs_with_language_tokens(tokenizer, quickstart_rec
         logs.append({k: float(v) for k, v in step(next(data)).items()})
     for part in ("xtr_loss", "contrastive_loss"):
         assert np.mean([log[part] for log in logs[-10:]]) < 0.8 * np.mean([log[part] for log in logs[:5]]), part
+
+
+def test_a_vocabulary_without_language_tokens_trains_a_row_per_language(quickstart_records, tmp_path):
+    """XLM-R's vocabulary has no `<2xx>` tokens: u_la comes from a table of `max_languages` rows (not one per
+    token), indexed by the corpus's languages in sorted order; only the rows of the batch's languages learn."""
+    from pretrained_checkpoints import e5_like
+    from tf_msemb.models.pretrained import load_pretrained
+
+    tokenizer, encoder = load_pretrained(e5_like(tmp_path / "e5"))
+    assert tokenizer.vocabulary_size > 8
+    model = EMS(encoder, language_dim=6, contrastive_dim=8, max_languages=8, run=RunFacts(tokenizer=tokenizer))
+    model.build()
+    assert model.language_table.embeddings.shape == (8, 6)
+    data = next(iter(make_dataset([quickstart_records], tokenizer, batch_size=16, max_tokens=tokenizer.max_length,
+                                  features=model.input_features)))
+    languages = ["de", "en", "es", "fr"]  # the quickstart corpus: en-de, en-es, en-fr
+    assert set(data["src_lang_id"].numpy()) == {languages.index("en")}
+    used = set(data["src_lang_id"].numpy()) | set(data["tgt_lang_id"].numpy())
+    with tf.GradientTape() as tape:
+        xtr_loss, _ = model.losses_for(data)
+    gradient = tf.convert_to_tensor(tape.gradient(xtr_loss, model.language_table.embeddings)).numpy()
+    assert {int(i) for i in np.flatnonzero(np.abs(gradient).max(axis=1))} == used
 
 
 def _xtr_gradients(model, data):

@@ -20,7 +20,6 @@ import tensorflow as tf
 from tf_msemb.data.corpora import corpus_streams
 from tf_msemb.data.corpora import read_manifest
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
-from tf_msemb.text.vocabulary import language_token
 from tf_msemb.text_files import CorpusError
 
 
@@ -190,35 +189,33 @@ class HardNegatives(InputFeature):
 
 
 class LanguageIds(InputFeature):
-    """`src_lang_id`, `tgt_lang_id` `[b]`: the ids of the `<2xx>` tokens of the pair's tags (seed 003).
+    """`src_lang_id`, `tgt_lang_id` `[b]`: each side's language as an index into `languages` (seed 003's `<2xx>`
+    one-hot, Eq. 2, without a token in the vocabulary, so any tokenizer works).
 
-    `languages` defaults to those the manifests' pairs name; a tag in the
-    records that the table lacks stops reading with the tag named.
+    `languages` defaults to the tags the manifests' pairs name, sorted; a tag
+    in the records that the list lacks stops reading with the tag named, and
+    so does a list longer than `max_languages` (the rows of the table the
+    indices select).
     """
 
-    def __init__(self, languages=None):
+    def __init__(self, languages=None, max_languages=None):
         self.languages = tuple(languages) if languages else None
+        self.max_languages = max_languages
 
     def prepare(self, tokenizer, corpora):
-        languages = self.languages or sorted(
+        languages = self.languages or tuple(sorted(
             {tag for corpus in corpora if read_manifest(corpus) for pair in corpus_streams(corpus)
              for tag in pair.split("-")}
-        )
-        if not hasattr(tokenizer, "token_to_id"):
-            raise ValueError(f"{type(tokenizer).__name__} has no language tokens; use a SentencePieceTokenizer "
-                             "trained by tools/train_spm.py --languages=...")
+        ))
         if not languages:
             raise CorpusError("Language ids need manifests (from make_tfrecords.py) or LanguageIds(languages).")
-        ids = {language: tokenizer.token_to_id(language_token(language)) for language in languages}
-        for language, token_id in ids.items():
-            if token_id == tokenizer.unk_id:
-                raise CorpusError(
-                    f"Language {language!r} has no {language_token(language)} token in the tokenizer vocabulary; "
-                    f"retrain it with tools/train_spm.py --languages={','.join(languages)}"
-                )
-        self._known = " ".join(sorted(ids))
+        if self.max_languages is not None and len(languages) > self.max_languages:
+            raise CorpusError(f"{len(languages)} languages ({' '.join(languages)}) but a table of "
+                              f"{self.max_languages} rows; raise max_languages (EMS.max_languages).")
+        self._known = " ".join(languages)
         self._table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(list(ids), list(ids.values()), tf.string, tf.int32), default_value=-1
+            tf.lookup.KeyValueTensorInitializer(list(languages), list(range(len(languages))), tf.string, tf.int32),
+            default_value=-1,
         )
 
     def _ids(self, tags):
@@ -226,7 +223,7 @@ class LanguageIds(InputFeature):
         unknown = tf.boolean_mask(tags, ids < 0)
         check = tf.debugging.Assert(
             tf.size(unknown) == 0,
-            ["Unknown language tag", unknown[:1], f"in the corpus; the tokenizer knows {self._known}"],
+            ["Unknown language tag", unknown[:1], f"in the corpus; the run knows {self._known}"],
         )
         with tf.control_dependencies([check]):
             return tf.identity(ids)

@@ -23,8 +23,9 @@ CONTRASTIVE = ("info_nce", "ams", None)
 class EMS(Objective):
     """One shared encoder trained with `(L_XTR + L_cntrs) / |B|` (seed 003 Sec. III).
 
-    XTR head (Eq. 2-5): the target language's `<2xx>` token is embedded by
-    its own table (`u_la`, `language_dim`), concatenated with the sentence
+    XTR head (Eq. 2-5): the target language is embedded by a table of its
+    own (`u_la = W_la onehot(<2xx>)`, `language_dim`; a row per language, so
+    the vocabulary needs no `<2xx>` tokens), concatenated with the sentence
     vector `u`, passed through a swish layer `L_fc` and an output embedding
     `L_emb` over the vocabulary (no bias, not shared with the input
     embedding); its softmax must match the translation's bag of tokens
@@ -44,8 +45,8 @@ class EMS(Objective):
     Args:
         encoder: a `SentenceEncoder` (mean pooling in the paper).
         xtr: train the XTR head.
-        language_embedding: give the XTR head the target language (needs
-            batches with `src_lang_id`/`tgt_lang_id`, the `<2xx>` token ids).
+        language_embedding: give the XTR head the target language (batches
+            carry `src_lang_id`/`tgt_lang_id`, `data.features.LanguageIds`).
         language_dim: d_la (128).
         contrastive: `"info_nce"`, `"ams"` (margin, scale `1 / temperature`) or None.
         contrastive_mlp: the two-layer head before the contrastive loss.
@@ -63,13 +64,15 @@ class EMS(Objective):
             run tokenizer's `control_ids` (pad, begin, end), or those of our
             SentencePiece layout (`text.vocabulary`) outside a run. `<unk>`
             stays in the bag: Eq. 7 counts every token of the sentence.
-        languages: the tags whose `<2xx>` ids the batches carry (default:
-            those the corpus manifests name).
+        languages: the language tags in the order of `W_la`'s rows (default:
+            those the corpus manifests name, sorted).
+        max_languages: rows of `W_la` (at least the number of languages);
+            rows of languages absent from the corpus are never read.
     """
 
     def __init__(self, encoder, xtr=True, language_embedding=True, language_dim=128, contrastive="info_nce",
                  contrastive_mlp=True, contrastive_dim=128, temperature=0.1, margin=0.3, gather_negatives=True,
-                 share_output_embedding=False, ignore_ids=None, languages=None, **kwargs):
+                 share_output_embedding=False, ignore_ids=None, languages=None, max_languages=128, **kwargs):
         super().__init__(ensure_built(encoder), **kwargs)
         if contrastive not in CONTRASTIVE:
             raise ValueError(f"Unknown contrastive loss {contrastive!r}; choose from {CONTRASTIVE}.")
@@ -87,10 +90,11 @@ class EMS(Objective):
             ignore_ids = self.run.tokenizer.control_ids if self.run.tokenizer else vocabulary.CONTROL_IDS
         self.ignore_ids = tuple(ignore_ids)
         self.languages = languages
+        self.max_languages = max(max_languages, len(languages or ()))
         dim, vocabulary_size = encoder.output_dim, encoder.vocabulary_size
         self.vocabulary_size = vocabulary_size
         if self.language_embedding:
-            self.language_table = keras.layers.Embedding(vocabulary_size, language_dim, name="language_embedding")
+            self.language_table = keras.layers.Embedding(self.max_languages, language_dim, name="language_embedding")
             self.language_table.build((None,))
         if xtr:
             width = dim + (language_dim if self.language_embedding else 0)
@@ -110,8 +114,8 @@ class EMS(Objective):
 
     @property
     def input_features(self):
-        """The `<2xx>` token ids of both sides when the XTR head is told the target language."""
-        return [LanguageIds(self.languages)] if self.language_embedding else []
+        """Both sides' language indices when the XTR head is told the target language."""
+        return [LanguageIds(self.languages, self.max_languages)] if self.language_embedding else []
 
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))

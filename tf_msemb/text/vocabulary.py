@@ -1,7 +1,8 @@
 """The layout of our SentencePiece vocabularies, read by the trainer, the tokenizer, the pipeline and EMS.
 
 Ids 0-3 are `<pad> <unk> <s> </s>`; then one `<2xx>` token per language
-(seed 003's target-language tokens), never split.
+(seed 003's vocabulary layout; its XTR head embeds languages by index,
+`data.features.LanguageIds`), never split.
 """
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"

@@ -47,11 +47,10 @@ def explain_data_error(error, source_files, step):
             return f"Corrupt TFRecord shard {found[0]}: {found[1]} (rewrite it with tools/make_tfrecords.py)."
         return f"Corrupt input data at step {step}: {data_loss_reason(error)}."
     message = error.message
-    tag = re.search(r"Unknown language tag\] \[b?'?([^\]']+)'?\] \[in the corpus; the tokenizer knows ([^\]]*)\]",
-                    message)
+    tag = re.search(r"Unknown language tag\] \[b?'?([^\]']+)'?\] \[in the corpus; the run knows ([^\]]*)\]", message)
     if tag:
-        return (f"Unknown language tag {tag.group(1)!r} in the corpus; the tokenizer knows {tag.group(2).strip()} "
-                "(retrain it with tools/train_spm.py --languages=... or drop that pair).")
+        return (f"Unknown language tag {tag.group(1)!r} in the corpus; the run knows {tag.group(2).strip()} "
+                "(add it to EMS.languages, or leave that unset to take the manifests' tags, or drop that pair).")
     missing = re.search(r"Feature: (\w+) \(data type: \w+\) is required but could not be found", message)
     if missing:
         return f"Input records lack the field {missing.group(1)!r} (step {step})."
