@@ -7,9 +7,12 @@ import tensorflow as tf
 
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.int8_calibration import BLOCKS
 from tf_msemb.models.int8_calibration import SMOOTHING_CANDIDATES
 from tf_msemb.models.int8_calibration import Int8Options
+from tf_msemb.models.int8_calibration import _mark_bfloat16
 from tf_msemb.models.int8_calibration import bfloat16_layer
+from tf_msemb.models.int8_calibration import describe_fallback
 from tf_msemb.models.int8_calibration import mse_range
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import int8_support
@@ -172,3 +175,14 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
 def test_an_unknown_fallback_unit_is_named():
     with pytest.raises(ValueError, match="fallback unit 'matmul'"):
         Int8Options(fallback_unit="matmul")
+
+
+def test_a_layer_is_bfloat16_once_both_its_blocks_are():
+    layer = {"precision": "int8", "blocks": {block: {"precision": "int8"} for block in BLOCKS}}
+    _mark_bfloat16(layer, "attention")
+    assert layer["precision"] == "bfloat16 attention"
+    _mark_bfloat16(layer, "feed_forward")
+    assert layer["precision"] == "bfloat16"
+    assert describe_fallback({"fallback_blocks": [[3, "feed_forward"], [3, "attention"]], "fallback_layers": [3]}) \
+        == "blocks: 3 feed-forward, 3 attention"
+    assert describe_fallback({"fallback_layers": [4, 5]}) == "layers: 4, 5"

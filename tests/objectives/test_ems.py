@@ -109,6 +109,10 @@ def test_bad_switches_are_refused():
         _model("sgd", xtr=False, contrastive=None)
     with pytest.raises(ValueError, match="Unknown contrastive loss 'triplet'"):
         _model("sgd", contrastive="triplet")
+    with pytest.raises(ValueError, match=r"EMS.languages \['en', 'de', 'en'\] must be distinct tags"):
+        _model("sgd", languages=["en", "de", "en"])
+    with pytest.raises(ValueError, match=r"at most EMS.max_languages = 2"):
+        _model("sgd", languages=["en", "de", "fr"], max_languages=2)
 
 
 @pytest.mark.parametrize("contrastive", ["info_nce", "ams"])

@@ -116,7 +116,7 @@ def define_flags():
     flags.DEFINE_enum("int8_ranges", "minmax", list(RANGES), "int8: activation ranges: observed min/max, a "
                       "percentile, or the range of least squared error.")
     flags.DEFINE_float("int8_percentile", 99.99, "int8: with --int8_ranges=percentile.")
-    flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers that lose most run in bfloat16 until "
+    flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers (or blocks) that lose most run in bfloat16 until "
                        "the held-out sentence vectors' mean cosine to float32 reaches this.")
     flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers (or blocks).")
     flags.DEFINE_enum("int8_fallback_unit", "layer", list(FALLBACK_UNITS), "int8: what falls back to bfloat16: "

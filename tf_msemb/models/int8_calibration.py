@@ -64,7 +64,7 @@ class Int8Options:
             or `"mse"` (the min/max range shrunk by the factor whose
             quantization of the sampled values has the least squared error).
         percentile: for `ranges="percentile"`.
-        fallback_cosine: budget: bfloat16 layers until the held-out sentence
+        fallback_cosine: budget: bfloat16 layers (or blocks) until the held-out sentence
             vectors' mean cosine to float32 is at least this; None: all int8.
         max_fallback_layers: at most this many bfloat16 units (None: any).
         fallback_unit: what falls back to bfloat16: a `"layer"`, or a

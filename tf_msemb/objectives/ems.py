@@ -65,7 +65,8 @@ class EMS(Objective):
             SentencePiece layout (`text.vocabulary`) outside a run. `<unk>`
             stays in the bag: Eq. 7 counts every token of the sentence.
         languages: the language tags in the order of `W_la`'s rows (default:
-            those the corpus manifests name, sorted).
+            those the corpus manifests name, sorted: a run resumed on other
+            corpora would read other rows, so recipes pin the list).
         max_languages: rows of `W_la` (at least the number of languages);
             rows of languages absent from the corpus are never read.
     """
@@ -89,8 +90,11 @@ class EMS(Objective):
         if ignore_ids is None:
             ignore_ids = self.run.tokenizer.control_ids if self.run.tokenizer else vocabulary.CONTROL_IDS
         self.ignore_ids = tuple(ignore_ids)
+        if languages and (len(set(languages)) != len(languages) or len(languages) > max_languages):
+            raise ValueError(f"EMS.languages {list(languages)} must be distinct tags, at most EMS.max_languages = "
+                             f"{max_languages}.")
         self.languages = languages
-        self.max_languages = max(max_languages, len(languages or ()))
+        self.max_languages = max_languages
         dim, vocabulary_size = encoder.output_dim, encoder.vocabulary_size
         self.vocabulary_size = vocabulary_size
         if self.language_embedding:
