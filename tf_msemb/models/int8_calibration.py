@@ -28,7 +28,9 @@ grows. What was chosen and measured is returned as a JSON-ready report (written 
 the export's metadata, printed by `tools/int8_report.py`).
 """
 
+import contextlib
 import dataclasses
+import logging
 
 import numpy as np
 import tensorflow as tf
@@ -170,6 +172,23 @@ def _layer_function(target, layer):
     return run
 
 
+class _TracedOnPurpose(logging.Filter):
+    """Drops TensorFlow's retracing warning: calibration traces each candidate layer once, on purpose."""
+
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _retracing_expected():
+    quiet = _TracedOnPurpose()
+    tf.get_logger().addFilter(quiet)
+    try:
+        yield
+    finally:
+        tf.get_logger().removeFilter(quiet)
+
+
 def calibrate(reference, target, batches, held_out, pool, options=Int8Options()):
     """Makes `target` (a float32-matmul `PackedBackbone` with the same weights as `reference`) int8, in place.
 
@@ -184,6 +203,11 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
     isolated cosine (per block too with `fallback_unit="block"`), the units
     that fell back, and the held-out sentence cosines before and after it.
     """
+    with _retracing_expected():
+        return _calibrate(reference, target, batches, held_out, pool, options)
+
+
+def _calibrate(reference, target, batches, held_out, pool, options):
     if not batches or not held_out:
         raise ValueError("int8 calibration needs calibration and held-out sentences (at least one of each).")
     fraction = min(1.0, SAMPLED_ROWS / max(1, sum(int(tf.size(ids.flat_values)) for ids in batches)))
