@@ -189,6 +189,11 @@ def _retracing_expected():
         tf.get_logger().removeFilter(quiet)
 
 
+def _layer_cosines(target, layer, x, ids, want):
+    """Token cosines of `layer` (run by `target` on states `x` of sorted `ids`) to the float32 layer's `want`."""
+    return _token_cosines(_layer_function(target, layer)(x, ids), want)
+
+
 def calibrate(reference, target, batches, held_out, pool, options=Int8Options()):
     """Makes `target` (a float32-matmul `PackedBackbone` with the same weights as `reference`) int8, in place.
 
@@ -227,16 +232,16 @@ def _calibrate(reference, target, batches, held_out, pool, options):
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
                 observers, alpha, target.attention_dtype, options.input_range))))
-            cosines = _token_cosines(_layer_function(target, candidate)(check_states[-1], check.ids), want)
+            cosines = _layer_cosines(target, candidate, check_states[-1], check.ids, want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
         entry = {"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2])}
         if options.fallback_unit == "block":
-            entry["blocks"] = {
-                block: {"precision": "int8", "isolated_cosine": _summary(_token_cosines(_layer_function(target, dict(
-                    target.layers[index], **{role: best[1][role] for role in roles}))(check_states[-1], check.ids),
-                    want))}
-                for block, roles in BLOCKS.items()}
+            entry["blocks"] = {}
+            for block, roles in BLOCKS.items():
+                alone = dict(target.layers[index], **{role: best[1][role] for role in roles})
+                cosines = _layer_cosines(target, alone, check_states[-1], check.ids, want)
+                entry["blocks"][block] = {"precision": "int8", "isolated_cosine": _summary(cosines)}
         target.layers[index].update((role, best[1][role]) for role in LAYER_DENSES)
         layers.append(entry)
         check_states.append(want)
