@@ -31,6 +31,11 @@ def clean_gin():
     gin.clear_config()
 
 
+def cli_env():
+    """This process's environment without TF_CPP_MIN_LOG_LEVEL: a command line's own quieting is what is tested."""
+    return {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+
+
 def run(args, cwd):
     """Runs `python args...` in `cwd`; fails the test with its stderr unless it exits 0."""
     result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd)

@@ -7,11 +7,12 @@ import sys
 import pytest
 
 from conftest import REPO
+from conftest import cli_env
 from tf_msemb.text_files import CorpusError
 
 def run_train(model_dir, *args):
     """`python -m tf_msemb.train`, without an inherited TF_CPP_MIN_LOG_LEVEL."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env = cli_env()
     command = [sys.executable, "-m", "tf_msemb.train", f"--model_dir={model_dir}", *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env)
 

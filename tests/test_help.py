@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from conftest import cli_env
 
 ROOT = pathlib.Path(REPO)
 
@@ -43,7 +44,7 @@ def test_help_prints_the_docstring_as_written(argv, path):
     source = path.read_text(encoding="utf-8")
     if "import torch" in source and importlib.util.find_spec("torch") is None:
         pytest.skip("a peer script: torch is not installed here")
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env = cli_env()
     result = subprocess.run([sys.executable, *argv, "--help"], capture_output=True, text=True, cwd=REPO, env=env,
                             timeout=300)
     docstring = ast.get_docstring(ast.parse(source), clean=False)

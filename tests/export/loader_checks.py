@@ -9,7 +9,8 @@ Each check writes what the test compares to `OUT.npz` and fails (exit status
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if __name__ == "__main__":  # a consumer's process; importing it for SENTENCES must not change the tests' env
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

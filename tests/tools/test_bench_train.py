@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from conftest import REPO
+from conftest import cli_env
 from conftest import run
 
 pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 25 s
@@ -58,7 +59,8 @@ def test_a_row_per_row_flag_with_its_own_bindings(tmp_path, spm_model, quickstar
 
 def test_a_row_without_a_label_ends_in_one_error_line(tmp_path):
     result = subprocess.run([sys.executable, f"{REPO}/tools/bench_train.py", f"--gin_file={REPO}/configs/quickstart.gin",
-                             "--row=train.frozen_embeddings = True"], capture_output=True, text=True, cwd=tmp_path)
+                             "--row=train.frozen_embeddings = True"], capture_output=True, text=True, cwd=tmp_path,
+                            env=cli_env())
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "error: --row='train.frozen_embeddings = True' is not LABEL:BINDING[;BINDING...] (the label before the first "

@@ -11,6 +11,7 @@ import tensorflow as tf
 from safetensors.numpy import load_file
 
 from conftest import REPO
+from conftest import cli_env
 from pretrained_checkpoints import checkpoint
 from pretrained_checkpoints import e5_like
 
@@ -18,7 +19,7 @@ TOOL = os.path.join(REPO, "tools", "make_random_encoder.py")
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, cwd=REPO)
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True, cwd=REPO, env=cli_env())
 
 
 def test_writes_a_bert_of_the_asked_size_that_loads_and_tokenizes_as_the_template(tmp_path):

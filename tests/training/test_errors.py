@@ -3,6 +3,7 @@
 import pytest
 import tensorflow as tf
 
+from tf_msemb.data.features import LanguageIds
 from tf_msemb.data.records import make_example
 from tf_msemb.text_files import CorpusError
 from tf_msemb.training.checkpointing import CheckpointError
@@ -19,6 +20,13 @@ def raised(fn, *args):
     return error.value
 
 
+@tf.function
+def positive(x):
+    check = tf.debugging.Assert(x > 0, ["Must be positive, got", x])
+    with tf.control_dependencies([check]):
+        return tf.identity(x)
+
+
 def read_all(dataset):
     for _ in dataset:
         pass
@@ -29,21 +37,15 @@ def to_number(text):
     return tf.strings.to_number(text)
 
 
-@tf.function
-def check_tags(tags):
-    unknown = tf.boolean_mask(tags, tags != "en")
-    check = tf.debugging.Assert(
-        tf.size(unknown) == 0, ["Unknown language tag", unknown[:1], "in the corpus; the tokenizer knows en de"]
-    )
-    with tf.control_dependencies([check]):
-        return tf.identity(tags)
-
-
 def test_an_unknown_language_tag_in_the_pipeline_is_named():
-    error = raised(read_all, tf.data.Dataset.from_tensor_slices(["en", "xx"]).batch(2).map(check_tags))
+    """The message `LanguageIds` asserts in the pipeline, read back as one line."""
+    languages = LanguageIds(["de", "en"])
+    languages.prepare(tokenizer=None, corpora=[])
+    records = tf.data.Dataset.from_tensor_slices({"src_lang": ["en", "xx"], "tgt_lang": ["de", "de"]}).batch(2)
+    error = raised(read_all, records.map(lambda r: languages.parse(r, tokenizer=None)))
     assert explain_data_error(error, [], 4) == (
-        "Unknown language tag 'xx' in the corpus; the tokenizer knows en de "
-        "(retrain it with tools/train_spm.py --languages=... or drop that pair)."
+        "Unknown language tag 'xx' in the corpus; the run knows de en "
+        "(add it to EMS.languages, or leave that unset to take the manifests' tags, or drop that pair)."
     )
 
 
@@ -78,9 +80,7 @@ def test_other_bad_input_gives_the_op_message():
 
 def test_op_errors_in_a_tf_function_give_the_op_message_not_the_stack():
     assert one_line(raised(to_number, tf.constant("abc"))) == "StringToNumberOp could not correctly convert string: abc"
-    assert one_line(raised(check_tags, tf.constant(["xx"]))) == (
-        "[Unknown language tag] [xx] [in the corpus; the tokenizer knows en de]"
-    )
+    assert one_line(raised(positive, tf.constant(-2))) == "[Must be positive, got] [-2]"
 
 
 @pytest.mark.parametrize(
