@@ -7,7 +7,7 @@
 Calibrates the int8 encoder exactly as `tools/export_pretrained.py
 --precision=int8` would with the same flags (`tf_msemb.export.int8`), without
 writing an export, and prints a row per layer: the precision and SmoothQuant
-alpha chosen, the mean and least token cosine of the layer's int8 output to
+alpha chosen, the GELU output channels kept in float32 (`--int8_outlier_channels`), the mean and least token cosine of the layer's int8 output to
 float32's on the same float32 input (`isolated`: what this layer alone loses)
 and of the int8 layers from the embeddings up to it (`cumulative`: where the
 error grows); then the held-out sentence vectors' cosine to float32 with every
@@ -26,6 +26,7 @@ from absl import flags
 from tf_msemb.export import int8 as int8_flags
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.int8_calibration import describe_fallback
+from tf_msemb.models.int8_calibration import describe_outliers
 from tf_msemb.models.pretrained import load_pretrained
 
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
@@ -38,20 +39,21 @@ FLAGS = flags.FLAGS
 
 def format_report(report):
     """The report as text: a row per layer, then the sentence and probe cosines."""
-    lines = [f"{'layer':>5} {'precision':>22} {'alpha':>5} {'isolated mean':>13} {'min':>8} "
+    lines = [f"{'layer':>5} {'precision':>22} {'alpha':>5} {'float32 channels':>16} {'isolated mean':>13} {'min':>8} "
              f"{'cumulative mean':>15} {'min':>8}" + ("  block isolated means" if report.get("fallback_blocks")
                                                       is not None else "")]
     for layer in report["layers"]:
         isolated, cumulative = layer["isolated_cosine"], layer["cumulative_cosine"]
         blocks = "".join(f"  {block.replace('_', '-')} {entry['isolated_cosine']['mean']:.6f}"
                          for block, entry in layer.get("blocks", {}).items())
-        lines.append(f"{layer['layer']:>5} {layer['precision']:>22} {layer['smoothing']:>5} "
+        channels = ",".join(map(str, layer.get("outlier_channels") or [])) or "-"
+        lines.append(f"{layer['layer']:>5} {layer['precision']:>22} {layer['smoothing']:>5} {channels:>16} "
                      f"{isolated['mean']:>13.6f} {isolated['min']:>8.4f} {cumulative['mean']:>15.6f} "
                      f"{cumulative['min']:>8.4f}{blocks}")
     sentences = report["sentence_cosine"]
     lines.append(f"held-out sentences ({report['held_out_sentences']}), cosine to float32: every layer int8 mean "
                  f"{sentences['all_int8']['mean']:.6f} min {sentences['all_int8']['min']:.4f}; as exported "
-                 f"(bfloat16 {describe_fallback(report)}) mean "
+                 f"(bfloat16 {describe_fallback(report)}; float32 GELU channels {describe_outliers(report)}) mean "
                  f"{sentences['exported']['mean']:.6f} min {sentences['exported']['min']:.4f}")
     lines += [f"probe {name!r}: cosine {cosine:.4f}" for name, cosine in report["probe_cosine"].items()]
     return "\n".join(lines)

@@ -145,7 +145,8 @@ def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_pa
     assert "| default prompt name | none |" in card
     if precision:
         assert "| compute precision | int8 (calibrated on the first 2000 lines at most of" in card
-        assert "minmax activation ranges; in bfloat16: layers: none; held-out sentence cosine to float32" in card
+        assert re.search(r"minmax activation ranges; in bfloat16: layers: none; float32 GELU channels: "
+                         r"(none|\d+ \(layers [\d, ]+\)); held-out sentence cosine to float32", card), card
         assert "_QuantizedMatMul" in card and "x86-64 builds of TensorFlow" in card
 
 

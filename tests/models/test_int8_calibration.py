@@ -15,6 +15,7 @@ from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.int8_calibration import _mark_bfloat16
 from tf_msemb.models.int8_calibration import bfloat16_layer
 from tf_msemb.models.int8_calibration import describe_fallback
+from tf_msemb.models.int8_calibration import describe_outliers
 from tf_msemb.models.int8_calibration import mse_range
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import int8_support
@@ -50,6 +51,10 @@ def deep_encoder():
     kernel.assign(tf.tensor_scatter_nd_update(kernel, [[i, 5] for i in range(32)], kernel[:, 5] * 100))
     output_kernel.assign(tf.tensor_scatter_nd_update(output_kernel, [[5]], output_kernel[5:6] / 100))
     return encoder
+
+
+# The damage stays damage only with the outlier channel in the int8 range: the fallback tests turn the split off.
+WHOLE_RANGE = {"outlier_channels": 0}
 
 
 def _int8(encoder, options):
@@ -97,6 +102,8 @@ def test_options_name_the_bad_value():
         Int8Options(ranges="max")
     with pytest.raises(ValueError, match="smoothing 1.5"):
         Int8Options(smoothing=1.5)
+    with pytest.raises(ValueError, match="outlier_channels -1"):
+        Int8Options(outlier_channels=-1)
 
 
 def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
@@ -113,7 +120,7 @@ def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
 
 @needs_int8
 def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(deep_encoder):
-    plain = _int8(deep_encoder, Int8Options()).int8_report
+    plain = _int8(deep_encoder, Int8Options(**WHOLE_RANGE)).int8_report
     isolated = [layer["isolated_cosine"]["mean"] for layer in plain["layers"]]
     cumulative = [layer["cumulative_cosine"]["mean"] for layer in plain["layers"]]
     assert int(np.argmin(isolated)) == DAMAGED, isolated
@@ -123,7 +130,7 @@ def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(d
 
     budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
         1 - plain["sentence_cosine"]["all_int8"]["mean"]))
-    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget))
+    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, **WHOLE_RANGE))
     report = packed.int8_report
     assert report["fallback_layers"][0] == DAMAGED
     assert [layer["precision"] for layer in report["layers"]].count("bfloat16") == len(report["fallback_layers"])
@@ -132,8 +139,27 @@ def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(d
     cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
     assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
-    capped = _int8(deep_encoder, Int8Options(fallback_cosine=budget, max_fallback_layers=0)).int8_report
+    capped = _int8(deep_encoder, Int8Options(fallback_cosine=budget, max_fallback_layers=0, **WHOLE_RANGE)).int8_report
     assert capped["fallback_layers"] == []
+
+
+@needs_int8
+def test_the_damaged_channel_stays_float32_and_its_layer_keeps_float32_quality(deep_encoder):
+    whole = _int8(deep_encoder, Int8Options(**WHOLE_RANGE)).int8_report
+    packed = _int8(deep_encoder, Int8Options())
+    split = packed.int8_report
+    # Only the damaged layer's GELU output has a channel far wider than the rest: channel 5, the one scaled.
+    assert [layer["outlier_channels"] for layer in split["layers"]] == [
+        [5] if index == DAMAGED else [] for index in range(4)]
+    damaged, undamaged = (split["layers"][DAMAGED]["isolated_cosine"]["mean"],
+                          whole["layers"][DAMAGED]["isolated_cosine"]["mean"])
+    # Most of what the damaged layer lost is back: within a fifth of its loss on one shared range.
+    assert 1 - damaged < 0.2 * (1 - undamaged), (damaged, undamaged)
+    assert split["sentence_cosine"]["all_int8"]["mean"] > whole["sentence_cosine"]["all_int8"]["mean"]
+    assert describe_outliers(split) == f"1 (layers {DAMAGED})" and describe_outliers(whole) == "none"
+    # The exported encoder is the one measured.
+    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
+    assert cosines.mean() == pytest.approx(split["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
 
 @needs_int8
@@ -150,7 +176,7 @@ def test_smoothing_per_layer_keeps_the_best_candidate_of_each_layer(deep_encoder
 
 @needs_int8
 def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_encoder):
-    plain = _int8(deep_encoder, Int8Options(fallback_unit="block")).int8_report
+    plain = _int8(deep_encoder, Int8Options(fallback_unit="block", **WHOLE_RANGE)).int8_report
     blocks = {(layer["layer"], block): entry["isolated_cosine"]["mean"]
               for layer in plain["layers"] for block, entry in layer["blocks"].items()}
     # The damaged channel is in the feed-forward: its block loses, the same layer's attention does not.
@@ -160,7 +186,8 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
 
     budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
         1 - plain["sentence_cosine"]["all_int8"]["mean"]))
-    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, fallback_unit="block", max_fallback_layers=1))
+    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, fallback_unit="block", max_fallback_layers=1,
+                                             **WHOLE_RANGE))
     report = packed.int8_report
     assert report["fallback_blocks"] == [[DAMAGED, "feed_forward"]] and report["fallback_layers"] == [DAMAGED]
     damaged = report["layers"][DAMAGED]

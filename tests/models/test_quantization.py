@@ -16,6 +16,7 @@ from tf_msemb.export.saved_model import inference_module
 from tf_msemb.models.quantization import Int8Dense
 from tf_msemb.models.quantization import QuantizedTensor
 from tf_msemb.models.quantization import RangeObserver
+from tf_msemb.models.quantization import outlier_channels
 from tf_msemb.models.packed import int8_support
 from tf_msemb.models.quantization import smooth
 
@@ -206,3 +207,57 @@ def test_the_int8_export_of_minilm_stays_within_cosine_0_99_of_float32(tmp_path)
     # Every layer matmul is quantized: each one's int8 kernel is saved.
     dtypes = tf.train.load_checkpoint(os.path.join(path, "variables", "variables")).get_variable_to_dtype_map()
     assert sum(dtype == tf.int8 for dtype in dtypes.values()) == 6 * len(LAYER_DENSES)
+
+
+def test_outlier_channels_are_the_widest_past_a_gap():
+    # Ranges by channel max(|low|, high): one channel 13 times wider than the next, then a pair together.
+    assert outlier_channels([-0.2, -0.2, -0.2, -0.2], [1.0, 69.8, 5.0, 5.2], limit=4).tolist() == [1]
+    assert outlier_channels([-50.0, 0.0, 0.0, 0.0], [1.0, 40.0, 5.0, 4.0], limit=4).tolist() == [0, 1]
+    # No gap of 2x (MiniLM-like ranges): nothing is split off; a limit that would cut a pair in two takes neither.
+    assert outlier_channels([0.0, 0.0, 0.0], [6.8, 4.9, 4.7], limit=4).tolist() == []
+    assert outlier_channels([-50.0, 0.0, 0.0, 0.0], [1.0, 40.0, 5.0, 4.0], limit=1).tolist() == []
+    assert outlier_channels([0.0, 0.0], [100.0, 1.0], limit=0).tolist() == []
+
+
+@needs_int8
+def test_outlier_channels_run_in_float32_beside_the_int8_feed_forward():
+    # Channel 7 of the GELU output is 60 times wider than the rest. On one shared range the others get about four
+    # levels; split off, they share a range of their own and channel 7 is multiplied in float32. Wrong code this
+    # fails: the outlier's product dropped or added twice, multiplied by another channel's row, or the shared range
+    # still stretched by it (then the error is the unsplit one's).
+    from scipy.special import erf
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    kernel, bias = rng.normal(size=(16, 32)) / 4, rng.normal(size=32) / 4
+    kernel[:, 7] *= 60
+    second_kernel, second_bias = rng.normal(size=(32, 8)), rng.normal(size=8)
+    hidden = x.astype(np.float64) @ kernel + bias
+    hidden = 0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))
+    residual = rng.normal(size=(300, 8)).astype(np.float32)
+    want = hidden @ second_kernel + second_bias + residual
+    outliers = outlier_channels(hidden.min(axis=0), hidden.max(axis=0), limit=4)
+    assert outliers.tolist() == [7]
+
+    def block(split):
+        kept = np.setdiff1d(np.arange(32), outliers) if split else np.arange(32)
+        gelu_range = (hidden[:, kept].min(), hidden[:, kept].max())
+        first = Int8Dense(kernel, bias, (x.min(), x.max()), activation="gelu", output_range=gelu_range,
+                          outlier_columns=outliers if split else None)
+        second = Int8Dense(second_kernel, second_bias, gelu_range, outlier_rows=outliers if split else None)
+        return tf.function(lambda x, residual: second(first(x), residual=residual))(tf.constant(x),
+                                                                                    tf.constant(residual)).numpy()
+
+    scale = np.abs(want - residual).max(axis=0)
+    split, whole = (np.abs(block(s) - want).max(axis=0) / scale for s in (True, False))
+    assert split.max() < 0.03, split
+    assert whole.max() > 3 * split.max(), (whole, split)
+
+
+def test_an_outlier_split_needs_both_ends():
+    kernel = np.ones((4, 3))
+    with pytest.raises(ValueError, match="outlier_columns writes a QuantizedTensor"):
+        Int8Dense(kernel, np.zeros(3), (0.0, 1.0), outlier_columns=[1])
+    second = Int8Dense(kernel, np.zeros(3), (0.0, 1.0), outlier_rows=[2])
+    with pytest.raises(ValueError, match="outliers and an Int8Dense's outlier_rows come together"):
+        second(QuantizedTensor(tf.zeros([2, 4], tf.quint8), 0.0, 1.0))

@@ -34,6 +34,8 @@ def test_prints_a_row_per_layer_and_writes_the_report(tmp_path):
     assert [int(row[0]) for row in rows] == [layer["layer"] for layer in report["layers"]]
     assert rows[worst][1] == "bfloat16"
     assert all(float(row[2]) == layer["smoothing"] for row, layer in zip(rows, report["layers"]))
+    assert [row[3] for row in rows] == [",".join(map(str, layer["outlier_channels"])) or "-"
+                                        for layer in report["layers"]]
     assert all(f"probe {name!r}: cosine" in result.stdout for name in PROBES)
 
 
@@ -52,7 +54,7 @@ def test_block_fallback_prints_each_block_and_the_blocks_in_bfloat16(tmp_path):
     worst = min(blocks, key=blocks.get)
     assert report["fallback_blocks"] == [list(worst)] and report["fallback_layers"] == [worst[0]]
     name = worst[1].replace("_", "-")
-    assert f"as exported (bfloat16 blocks: {worst[0]} {name})" in result.stdout
+    assert f"as exported (bfloat16 blocks: {worst[0]} {name}; float32 GELU channels " in result.stdout
     row = next(line for line in result.stdout.splitlines() if line.split() and line.split()[0] == str(worst[0]))
     assert f"bfloat16 {name}" in row and f"{name} {blocks[worst]:.6f}" in row
 

@@ -123,6 +123,8 @@ def define_flags():
                       "whole layers, or blocks (a layer's attention or feed-forward matmuls), each scored alone.")
     flags.DEFINE_integer("int8_stress_inputs", 16, "int8: the calibration text's most frequent words, each repeated "
                          "to the longest input, calibrate too (and half as many runs of joined sentences); 0: none.")
+    flags.DEFINE_integer("int8_outlier_channels", Int8Options.outlier_channels, "int8: at most this many channels of "
+                         "each GELU output, far wider than the rest, stay float32 out of its int8 range; 0: none.")
     flags.DEFINE_enum("int8_attention", "bfloat16", list(ATTENTION_DTYPES), "int8: dtype of attention between the "
                       "int8 matmuls (float32: long inputs stay closer to float32, a little slower).")
 
@@ -138,5 +140,6 @@ def options_from_flags(values):
     return Int8Options(smoothing=smoothing, ranges=values.int8_ranges, percentile=values.int8_percentile,
                        fallback_cosine=values.int8_fallback_cosine,
                        max_fallback_layers=values.int8_max_fallback_layers, attention=values.int8_attention,
-                       stress_inputs=values.int8_stress_inputs, fallback_unit=values.int8_fallback_unit)
+                       stress_inputs=values.int8_stress_inputs, fallback_unit=values.int8_fallback_unit,
+                       outlier_channels=values.int8_outlier_channels)
 

@@ -19,6 +19,7 @@ import os
 import shlex
 
 from tf_msemb.models.int8_calibration import describe_fallback
+from tf_msemb.models.int8_calibration import describe_outliers
 
 CARD_FILE = "README.md"
 METADATA_FILE = "tf_msemb_export.json"
@@ -66,7 +67,8 @@ def _model_rows(metadata):
         precision += (f" (calibrated on the first {calibration['sentences']} lines at most of "
                       f"{calibration['file']}, SmoothQuant smoothing {calibration.get('smoothing')}, "
                       f"{calibration.get('ranges')} activation ranges; in bfloat16: "
-                      f"{describe_fallback(calibration)}; held-out sentence cosine to float32: "
+                      f"{describe_fallback(calibration)}; float32 GELU channels: {describe_outliers(calibration)}; "
+                      "held-out sentence cosine to float32: "
                       f"mean {cosine.get('mean')}, min {cosine.get('min')})")
     prompts = metadata.get("prompts") or {}
     default = metadata.get("default_prompt_name")

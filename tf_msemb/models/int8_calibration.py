@@ -12,7 +12,9 @@ one layer at a time and measures what each choice costs where it is made:
    is closest (mean token cosine) to the float32 layer's, on the held-out
    sentences with the same float32 input, is kept. Activation ranges are the
    observed min/max, a percentile of the sampled values or the range that
-   minimizes their mean squared rounding-and-clipping error (`RANGES`).
+   minimizes their mean squared rounding-and-clipping error (`RANGES`). The
+   GELU output's outlier channels (`quantization.outlier_channels`) stay
+   float32 and out of that range.
 3. With a `fallback_cosine` budget, the layers that lose most (lowest isolated
    cosine) run their matmuls in bfloat16 instead, one at a time, until the
    held-out sentence vectors' mean cosine to float32 reaches the budget or
@@ -37,9 +39,11 @@ import tensorflow as tf
 
 from tf_msemb.models.packed_backbone import LAYER_DENSES
 from tf_msemb.models.packed_backbone import PackedDense
+from tf_msemb.models.quantization import DEFAULT_OUTLIER_CHANNELS
 from tf_msemb.models.quantization import DEFAULT_SMOOTHING
 from tf_msemb.models.quantization import RangeObserver
 from tf_msemb.models.quantization import minmax_range
+from tf_msemb.models.quantization import outlier_channels
 from tf_msemb.models.quantization import quantize_layer
 
 RANGES = ("minmax", "percentile", "mse")
@@ -82,6 +86,10 @@ class Int8Options:
             do: MiniLM's attention output input 3.3 times past its calibrated
             range on `"x " * 300`, cosine 0.90 to float32 without them and 0.99
             with 16 (other words than `x`).
+        outlier_channels: at most this many channels of each layer's GELU
+            output (the second feed-forward matmul's input) computed in
+            float32 and kept out of its int8 range: those whose range is
+            `quantization.OUTLIER_GAP` times that of every channel left; 0: none.
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING
@@ -92,8 +100,11 @@ class Int8Options:
     attention: str = "bfloat16"
     stress_inputs: int = 16
     fallback_unit: str = "layer"
+    outlier_channels: int = DEFAULT_OUTLIER_CHANNELS
 
     def __post_init__(self):
+        if self.outlier_channels < 0:
+            raise ValueError(f"int8 outlier_channels {self.outlier_channels} is negative")
         if self.ranges not in RANGES:
             raise ValueError(f"int8 ranges {self.ranges!r} is not one of {', '.join(RANGES)}")
         if self.smoothing != "per_layer" and not 0.0 <= float(self.smoothing) <= 1.0:
@@ -231,11 +242,14 @@ def _calibrate(reference, target, batches, held_out, pool, options):
         best = None
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
-                observers, alpha, target.attention_dtype, options.input_range))))
+                observers, alpha, target.attention_dtype, options.input_range, options.outlier_channels))))
             cosines = _layer_cosines(target, candidate, check_states[-1], check.ids, want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
-        entry = {"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2])}
+        output = observers[LAYER_DENSES.index("output")]
+        entry = {"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2]),
+                 "outlier_channels": [int(channel) for channel in outlier_channels(
+                     output.low, output.high, options.outlier_channels)]}
         if options.fallback_unit == "block":
             entry["blocks"] = {}
             for block, roles in BLOCKS.items():
@@ -299,3 +313,10 @@ def describe_fallback(report):
         units = [f"{index} {block.replace('_', '-')}" for index, block in report["fallback_blocks"]]
         return f"blocks: {', '.join(units) or 'none'}"
     return f"layers: {', '.join(map(str, report.get('fallback_layers') or [])) or 'none'}"
+
+
+def describe_outliers(report):
+    """Which GELU output channels a calibration `report` kept in float32, as text: `7 (layers 0, 1, 4)` or `none`."""
+    layers = [layer["layer"] for layer in report.get("layers", []) if layer.get("outlier_channels")]
+    count = sum(len(layer.get("outlier_channels") or []) for layer in report.get("layers", []))
+    return f"{count} (layers {', '.join(map(str, layers))})" if count else "none"

@@ -30,7 +30,15 @@ range from activations to weights. It is applied where the paper applies it
 matmuls, here a multiply after the layer norm) and to the attention output's
 input, folded into the value columns (attention is linear in the values); the
 second feed-forward matmul takes the quantized GELU output as the first one
-writes it.
+writes it. No multiply can be folded in there (GELU is not linear), and a
+single channel of it can span a range many times its neighbours' (in
+multilingual-e5-small's layer 4, 69.8 against at most 5.2: that matmul's
+output fell to cosine 0.79 of float32's on one shared range). Such outlier
+channels stay in float32, as LLM.int8() keeps outlier features out of its
+int8 matmuls (Dettmers et al. 2022, Sec. 3.2): the first matmul computes
+their columns apart and the second multiplies them by their kernel rows and
+adds the product to its residual (`outlier_channels`), so the other
+channels share a range as narrow as theirs.
 """
 
 from typing import NamedTuple
@@ -42,9 +50,14 @@ from tf_msemb.models.onednn import quantize
 from tf_msemb.models.onednn import quantized_matmul
 
 DEFAULT_SMOOTHING = 0.8
+DEFAULT_OUTLIER_CHANNELS = 4
+OUTLIER_GAP = 2.0  # an outlier channel's range is at least this many times the widest one left in int8
 _TINY = 1e-8  # floor for scales of channels or columns that are all zero
-# The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`).
+# The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`), and the same function on the
+# float32 outlier columns.
 POST_OPS = {"gelu": "GeluExact", "keras_hub>gelu_approximate": "GeluApproximate", "relu": "Relu"}
+FLOAT_ACTIVATIONS = {"gelu": lambda x: tf.nn.gelu(x, approximate=False),
+                     "keras_hub>gelu_approximate": lambda x: tf.nn.gelu(x, approximate=True), "relu": tf.nn.relu}
 
 
 def quantization_range(low, high):
@@ -59,12 +72,27 @@ def smoothing_factors(low, high, kernel, alpha):
     return channel_max ** alpha / np.maximum(np.abs(kernel).max(axis=1), _TINY) ** (1 - alpha)
 
 
+def outlier_channels(low, high, limit, gap=OUTLIER_GAP):
+    """The input channels (indices, widest first) to keep out of a shared int8 range: the `k` widest, `k` at most
+    `limit`, where one channel's range is the most times wider than the next one's, if at least `gap` times
+    (none where no such step exists)."""
+    widths = np.maximum(-np.asarray(low, np.float64), np.asarray(high, np.float64))
+    order = np.argsort(-widths, kind="stable")
+    ranked = widths[order]
+    steps = [ranked[k - 1] / max(ranked[k], _TINY) for k in range(1, min(limit, widths.size - 1) + 1)]
+    if not steps or max(steps) < gap:
+        return order[:0]
+    return order[:int(np.argmax(steps)) + 1]
+
+
 class QuantizedTensor(NamedTuple):
-    """uint8 `values` of a float tensor `x ~ low + values * (high - low) / 255` (TensorFlow's MIN_FIRST)."""
+    """uint8 `values` of a float tensor `x ~ low + values * (high - low) / 255` (TensorFlow's MIN_FIRST), and the
+    float32 `outliers` `[rows, k]` of the channels kept out of that range (`outlier_channels`), or None."""
 
     values: tf.Tensor
     low: float
     high: float
+    outliers: tf.Tensor | None = None
 
 
 class Int8Dense(tf.Module):
@@ -81,14 +109,30 @@ class Int8Dense(tf.Module):
         output_range: `(low, high)`: the output is a `QuantizedTensor` on this
             range (the next `Int8Dense`'s input), not float.
         output_dtype: the float output's dtype (float32 or bfloat16).
+        outlier_columns: output columns (indices) computed in float32 from the
+            float input and returned as the output's `outliers` (with an
+            `output_range` only); the other columns are the int8 output.
+        outlier_rows: input channels (indices into the kernel's rows) that
+            arrive as the input's `outliers`: multiplied by their rows in float32.
     Called with a float32 tensor or a `QuantizedTensor` on `input_range`,
     and an optional float32 `residual` added to the output.
     """
 
     def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
-                 output_dtype=tf.float32, name=None):
+                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, name=None):
         super().__init__(name=name)
-        kernel = np.asarray(kernel, np.float64)
+        kernel, bias = np.asarray(kernel, np.float64), np.asarray(bias, np.float64)
+        self.outlier_columns = self.outlier_rows = None
+        if outlier_columns is not None and len(outlier_columns):
+            if output_range is None:
+                raise ValueError("an Int8Dense with outlier_columns writes a QuantizedTensor: give it an output_range")
+            kept = np.setdiff1d(np.arange(kernel.shape[1]), outlier_columns)
+            self.outlier_columns = (tf.Variable(kernel[:, outlier_columns].astype(np.float32), trainable=False),
+                                    tf.Variable(bias[outlier_columns].astype(np.float32), trainable=False))
+            kernel, bias = kernel[:, kept], bias[kept]
+        if outlier_rows is not None and len(outlier_rows):
+            self.outlier_rows = tf.Variable(kernel[outlier_rows].astype(np.float32), trainable=False)
+            kernel = kernel[np.setdiff1d(np.arange(kernel.shape[0]), outlier_rows)]
         column_scale = np.maximum(np.abs(kernel).max(axis=0), _TINY)
         quantized = np.clip(np.round(kernel / column_scale * 127), -127, 127).astype(np.int8)
         self.input_range = quantization_range(*input_range)
@@ -99,27 +143,40 @@ class Int8Dense(tf.Module):
         # The op reads the input as `x - low` (on [0, high - low]): `low` times each column's (dequantized) sum
         # joins the bias.
         column_sums = quantized.astype(np.float64).sum(axis=0) * column_scale / 127
-        self.bias = tf.Variable((np.asarray(bias, np.float64) + self.input_range[0] * column_sums).astype(np.float32),
-                                trainable=False)
+        self.bias = tf.Variable((bias + self.input_range[0] * column_sums).astype(np.float32), trainable=False)
+        self.activation = activation
         self.post_op = POST_OPS[activation] if activation else None
         self.output_range = None if output_range is None else quantization_range(*output_range)
         self.output_dtype = tf.as_dtype(output_dtype)
 
-    def quantize(self, x):
-        """`x` (float, before `input_scale`) as this layer's input `QuantizedTensor`."""
+    def _scaled(self, x):
+        """Float input `x` in float32, times `input_scale`: what is quantized."""
         x = tf.cast(x, tf.float32)
-        if self.input_scale is not None:
-            x *= self.input_scale
-        low, high = self.input_range
-        return QuantizedTensor(quantize(x, low, high), low, high)
+        return x if self.input_scale is None else x * self.input_scale
+
+    def _outlier_output(self, scaled):
+        """The float32 `outlier_columns` of the input (times `input_scale`): `activation(x @ kernel + bias)`."""
+        kernel, bias = self.outlier_columns
+        y = tf.nn.bias_add(tf.matmul(scaled, kernel), bias)
+        return FLOAT_ACTIVATIONS[self.activation](y) if self.activation else y
 
     def __call__(self, x, residual=None, training=False):
         if training:
             raise ValueError("Int8Dense runs inference only.")
+        outliers = None
         if not isinstance(x, QuantizedTensor):
-            x = self.quantize(x)
+            scaled = self._scaled(x)
+            outliers = None if self.outlier_columns is None else self._outlier_output(scaled)
+            x = QuantizedTensor(quantize(scaled, *self.input_range), *self.input_range)
         elif (x.low, x.high) != self.input_range:
             raise ValueError(f"a QuantizedTensor on {(x.low, x.high)} reached an Int8Dense on {self.input_range}")
+        elif self.outlier_columns is not None:
+            raise ValueError("an Int8Dense with outlier_columns takes a float input")
+        if (x.outliers is None) != (self.outlier_rows is None):
+            raise ValueError("a QuantizedTensor's outliers and an Int8Dense's outlier_rows come together")
+        if x.outliers is not None:
+            product = tf.matmul(x.outliers, self.outlier_rows)
+            residual = product if residual is None else tf.cast(residual, tf.float32) + product
         low, high = self.input_range
         fused = ["BiasAdd"] + ([self.post_op] if self.post_op else []) + (["Add"] if residual is not None else [])
         inputs = [x.values, tf.bitcast(self.kernel, tf.qint8), self.bias]
@@ -130,7 +187,7 @@ class Int8Dense(tf.Module):
         if residual is not None:
             raise ValueError("an Int8Dense with an output_range adds no residual")
         values = quantized_matmul(inputs + list(self.output_range), fused + ["Requantize"], tf.quint8)[0]
-        return QuantizedTensor(values, *self.output_range)
+        return QuantizedTensor(values, *self.output_range, outliers)
 
 
 class RangeObserver(tf.Module):
@@ -186,12 +243,15 @@ def _smoothed(observer, alpha, input_range, kernel=None):
     return smoothed, inverse, input_range(observer, inverse)
 
 
-def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range):
+def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range,
+                   max_outlier_channels=DEFAULT_OUTLIER_CHANNELS):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
     `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
 
     `input_range(observer, scale)`: the quantization range of an observed
-    input times `scale` (`minmax_range`, or a narrower one).
+    input times `scale` (`minmax_range`, or a narrower one; a scale of 0
+    leaves a channel out). Up to `max_outlier_channels` of the GELU output
+    (`outlier_channels`) stay float32.
     """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
@@ -200,10 +260,13 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     kernel, inverse, attended_range = _smoothed(attention_output, alpha, input_range)
     value_scale = np.concatenate([np.ones(qkv_kernel.shape[1] - inverse.size), inverse])
     fused_qkv_kernel, qkv_inverse, qkv_range = _smoothed(qkv, alpha, input_range, qkv_kernel * value_scale)
-    gelu_range = input_range(output, np.ones_like(output.low))
+    outliers = outlier_channels(output.low, output.high, max_outlier_channels)
+    in_range = np.ones_like(output.low)
+    in_range[outliers] = 0.0
+    gelu_range = input_range(output, in_range)
     inter_kernel, inter_inverse, inter_range = _smoothed(intermediate, alpha, input_range)
     return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype),
             Int8Dense(kernel, attention_output.weights()[1], attended_range),
             Int8Dense(inter_kernel, intermediate.weights()[1], inter_range, inter_inverse,
-                      activation=intermediate.dense.activation, output_range=gelu_range),
-            Int8Dense(*output.weights(), gelu_range))
+                      activation=intermediate.dense.activation, output_range=gelu_range, outlier_columns=outliers),
+            Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers))
