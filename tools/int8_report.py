@@ -7,8 +7,9 @@
 Calibrates the int8 encoder exactly as `tools/export_pretrained.py
 --precision=int8` would with the same flags (`tf_msemb.export.int8`), without
 writing an export, and prints a row per layer: the precision and SmoothQuant
-alpha chosen, the GELU output channels kept in float32 (`--int8_outlier_channels`), the mean and least token cosine of the layer's int8 output to
-float32's on the same float32 input (`isolated`: what this layer alone loses)
+alpha chosen, the GELU output channels kept in float32
+(`--int8_outlier_channels`), the mean and least token cosine of the layer's
+int8 output to float32's on the same float32 input (`isolated`: what this layer alone loses)
 and of the int8 layers from the embeddings up to it (`cumulative`: where the
 error grows); then the held-out sentence vectors' cosine to float32 with every
 layer int8 and as exported (bfloat16 fallback applied), and each of `PROBES`

@@ -88,8 +88,9 @@ class Int8Options:
             with 16 (other words than `x`).
         outlier_channels: at most this many channels of each layer's GELU
             output (the second feed-forward matmul's input) computed in
-            float32 and kept out of its int8 range: those whose range is
-            `quantization.OUTLIER_GAP` times that of every channel left; 0: none.
+            float32 and kept out of its int8 range: the widest, cut where one
+            channel's range is most times the next one's, at least
+            `quantization.OUTLIER_GAP` times (`quantization.outlier_channels`); 0: none.
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING
@@ -239,17 +240,17 @@ def _calibrate(reference, target, batches, held_out, pool, options):
         watched = dict(layer, **dict(zip(LAYER_DENSES, observers)))
         states = [reference.run_layer(watched, x, batch.groups) for x, batch in zip(states, calibration)]
         want = reference.run_layer(layer, check_states[-1], check.groups)
+        output = observers[LAYER_DENSES.index("output")]
+        outliers = outlier_channels(output.low, output.high, options.outlier_channels)
         best = None
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
-                observers, alpha, target.attention_dtype, options.input_range, options.outlier_channels))))
+                observers, alpha, target.attention_dtype, options.input_range, outliers))))
             cosines = _layer_cosines(target, candidate, check_states[-1], check.ids, want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
-        output = observers[LAYER_DENSES.index("output")]
         entry = {"layer": index, "smoothing": best[0], "precision": "int8", "isolated_cosine": _summary(best[2]),
-                 "outlier_channels": [int(channel) for channel in outlier_channels(
-                     output.low, output.high, options.outlier_channels)]}
+                 "outlier_channels": [int(channel) for channel in outliers]}
         if options.fallback_unit == "block":
             entry["blocks"] = {}
             for block, roles in BLOCKS.items():

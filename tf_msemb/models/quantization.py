@@ -48,16 +48,15 @@ import tensorflow as tf
 
 from tf_msemb.models.onednn import quantize
 from tf_msemb.models.onednn import quantized_matmul
+from tf_msemb.models.packed_backbone import ACTIVATIONS
 
 DEFAULT_SMOOTHING = 0.8
 DEFAULT_OUTLIER_CHANNELS = 4
 OUTLIER_GAP = 2.0  # an outlier channel's range is at least this many times the widest one left in int8
 _TINY = 1e-8  # floor for scales of channels or columns that are all zero
-# The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`), and the same function on the
-# float32 outlier columns.
+# The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`, which the float32 outlier
+# columns apply).
 POST_OPS = {"gelu": "GeluExact", "keras_hub>gelu_approximate": "GeluApproximate", "relu": "Relu"}
-FLOAT_ACTIVATIONS = {"gelu": lambda x: tf.nn.gelu(x, approximate=False),
-                     "keras_hub>gelu_approximate": lambda x: tf.nn.gelu(x, approximate=True), "relu": tf.nn.relu}
 
 
 def quantization_range(low, high):
@@ -158,7 +157,7 @@ class Int8Dense(tf.Module):
         """The float32 `outlier_columns` of the input (times `input_scale`): `activation(x @ kernel + bias)`."""
         kernel, bias = self.outlier_columns
         y = tf.nn.bias_add(tf.matmul(scaled, kernel), bias)
-        return FLOAT_ACTIVATIONS[self.activation](y) if self.activation else y
+        return ACTIVATIONS[self.activation](y) if self.activation else y
 
     def __call__(self, x, residual=None, training=False):
         if training:
@@ -243,15 +242,14 @@ def _smoothed(observer, alpha, input_range, kernel=None):
     return smoothed, inverse, input_range(observer, inverse)
 
 
-def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range,
-                   max_outlier_channels=DEFAULT_OUTLIER_CHANNELS):
+def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=()):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
     `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
 
     `input_range(observer, scale)`: the quantization range of an observed
     input times `scale` (`minmax_range`, or a narrower one; a scale of 0
-    leaves a channel out). Up to `max_outlier_channels` of the GELU output
-    (`outlier_channels`) stay float32.
+    leaves a channel out). `outliers`: the GELU output's channels that stay
+    float32 (`outlier_channels` of the output matmul's observer).
     """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
@@ -260,7 +258,7 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     kernel, inverse, attended_range = _smoothed(attention_output, alpha, input_range)
     value_scale = np.concatenate([np.ones(qkv_kernel.shape[1] - inverse.size), inverse])
     fused_qkv_kernel, qkv_inverse, qkv_range = _smoothed(qkv, alpha, input_range, qkv_kernel * value_scale)
-    outliers = outlier_channels(output.low, output.high, max_outlier_channels)
+    outliers = np.asarray(outliers, np.int64)
     in_range = np.ones_like(output.low)
     in_range[outliers] = 0.0
     gelu_range = input_range(output, in_range)
