@@ -61,10 +61,10 @@ def _train(model_dir, tokenizer, quickstart_records, **options):
                                num_layers=1, num_heads=2, intermediate_dim=64)
 
     return train(str(model_dir), objective=TranslationRanking, tokenizer=tokenizer, encoder=encoder,
-                 global_batch_size=16, log_every=100, checkpoint_every=1000,
+                 global_batch_size=16, log_every=100,
                  dataset_fn=lambda *args, **kwargs: make_distributed_dataset(
                      *args, corpora=[quickstart_records], max_tokens=48, **kwargs),
-                 **options)
+                 **{"checkpoint_every": 1000} | options)
 
 
 def _results(model_dir):
@@ -134,3 +134,34 @@ def test_the_peak_is_kept_across_a_resume_and_early_stopping_ends_the_run(tmp_pa
     np.testing.assert_allclose(kept, load("20"), atol=1e-6)
     assert np.abs(kept - load("40")).max() > 1e-3
     assert json.loads((model_dir / "export" / "final" / "tf_msemb_export.json").read_text())["training_step"] == stop
+
+
+class Interrupted(Exception):
+    """The run's process ending in the middle of an evaluation."""
+
+
+class ScriptedThenInterrupted(ScriptedMetric):
+    """`ScriptedMetric` whose evaluation after the last value ends the run."""
+
+    def evaluate(self, embed):
+        try:
+            return super().evaluate(embed)
+        except StopIteration:
+            raise Interrupted() from None
+
+
+def test_a_checkpoint_on_an_evaluation_step_keeps_that_evaluation(tmp_path, tokenizer, quickstart_records):
+    model_dir = tmp_path / "run"
+    options = dict(num_steps=40, eval_every=20, best_metric="scripted/score")
+    # Step 20 is evaluated (the peak, 0.9) and checkpointed; the run ends during step 40's evaluation, so it
+    # resumes from ckpt-20. A checkpoint written before step 20's evaluation would resume without it and take
+    # step 40's 0.5 as the best.
+    with pytest.raises(Interrupted):
+        _train(model_dir, tokenizer, quickstart_records, evaluators=[ScriptedThenInterrupted([0.9])],
+               checkpoint_every=20, **options)
+    assert sorted(path.name for path in (model_dir / "checkpoints").glob("ckpt-*.index")) == ["ckpt-20.index"]
+    _train(model_dir, tokenizer, quickstart_records, evaluators=[ScriptedMetric([0.5])], checkpoint_every=20,
+           **options)
+    assert [row["step"] for row in _results(model_dir)] == [20, 40]
+    metadata = json.loads((model_dir / "export" / "best" / "tf_msemb_export.json").read_text())
+    assert metadata["selection"]["step"] == 20 and metadata["training_step"] == 20

@@ -283,11 +283,14 @@ def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, ste
             log.write(step, values | {"lr": float(model.optimizer.learning_rate)})
             for metric in model.metrics:
                 metric.reset_state()
-        if step < settings.num_steps and step % settings.checkpoint_every == 0:
-            checkpoints.save(step)
         if step < settings.num_steps and settings.export_every and step % settings.export_every == 0:
             exporter(step)
-        if evaluate and settings.eval_every and step % settings.eval_every == 0 and evaluate(step):
+        # Evaluating before the checkpoint of the same step saves the selection with this step's figures: a run
+        # resumed from it remembers them.
+        stop = evaluate and settings.eval_every and step % settings.eval_every == 0 and evaluate(step)
+        if step < settings.num_steps and step % settings.checkpoint_every == 0:
+            checkpoints.save(step)
+        if stop:
             break
     return step
 
