@@ -3,6 +3,7 @@ the same vectors; peers through their worker in another interpreter; one-line er
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,8 @@ import pytest
 from conftest import REPO
 from dev_data import write_dev_data
 from pretrained_checkpoints import checkpoint
+from tf_msemb.evaluation.encoding import METADATA_FILE
+from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.multilingual_dev import MultilingualDev
@@ -83,18 +86,34 @@ def test_exports_and_peers_share_one_table_each_equal_to_the_suite_in_process(ex
     assert any(line.startswith("mUSE v3 ") for line in lines) and any(line.startswith("tiny ") for line in lines)
 
 
-def test_all_exports_give_a_row_per_step(export, tmp_path):
+def _best_holding(model_dir, export, step):
+    """`model_dir/export/best`: a copy of `export` whose metadata says it holds `step`."""
+    best = model_dir / "export" / "best"
+    shutil.rmtree(best, ignore_errors=True)
+    shutil.copytree(export, best)
+    metadata = json.loads((best / METADATA_FILE).read_text())
+    (best / METADATA_FILE).write_text(json.dumps(metadata | {"training_step": step}))
+    return best
+
+
+def test_all_exports_give_a_row_per_step_and_the_best_where_no_step_holds_it(export, tmp_path):
     data = tmp_path / "data"
     write_dev_data(data)
     model_dir = tmp_path / "run"
     for step in (5, 10):
         (model_dir / "export").mkdir(parents=True, exist_ok=True)
         (model_dir / "export" / str(step)).symlink_to(export)
+    # Evaluated at step 7, exported at 5 and 10 only: the selected export is a row of its own.
+    best = _best_holding(model_dir, export, 7)
     output = tmp_path / "table.json"
     result = run_table(f"--model={model_dir}", "--all_exports", f"--data_dir={data}", "--parts=xsts",
                        f"--output={output}")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert list(json.loads(output.read_text())) == ["run@5", "run@10"]
+    assert list(json.loads(output.read_text())) == ["run@5", "run@10", "run@best"]
+    assert best_export(str(model_dir), [5, 10]) == str(best)
+    _best_holding(model_dir, export, 10)
+    assert best_export(str(model_dir), [5, 10]) is None
+    assert best_export(str(tmp_path / "no_run"), []) is None
 
 
 def test_a_sentence_transformers_peer_gives_its_library_s_vectors():

