@@ -10,6 +10,7 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export us
 
 METADATA_FILE = "tf_msemb_export.json"  # what tf_msemb.export writes beside each SavedModel
 
+
 def resolve_export(path):
     """An export directory, or a training `model_dir` (then its `export/final`)."""
     if os.path.exists(os.path.join(path, "saved_model.pb")):

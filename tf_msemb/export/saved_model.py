@@ -25,6 +25,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 import tf_msemb
 from tf_msemb.export.int8 import int8_packed
+from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.export.model_card import write_model_card
 from tf_msemb.export.serving import INPUT_KEY
 from tf_msemb.export.serving import OUTPUT_KEY
@@ -38,7 +39,6 @@ from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
 from tf_msemb.models.precision import with_precision
 
-METADATA_FILE = "tf_msemb_export.json"
 OPERATIVE_CONFIG = "operative_config.gin"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
 
