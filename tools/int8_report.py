@@ -27,6 +27,7 @@ from absl import flags
 from tf_msemb.export import int8 as int8_flags
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.int8_calibration import describe_fallback
+from tf_msemb.models.int8_calibration import UNIT_LABELS
 from tf_msemb.models.int8_calibration import describe_outliers
 from tf_msemb.models.pretrained import load_pretrained
 
@@ -38,15 +39,19 @@ flags.mark_flags_as_required(["model", "calibration_file"])
 FLAGS = flags.FLAGS
 
 
+_UNIT_HEADINGS = {"block": "  block isolated means", "matmul": "  isolated mean gained in bfloat16"}
+
+
 def format_report(report):
     """The report as text: a row per layer, then the sentence and probe cosines."""
     lines = [f"{'layer':>5} {'precision':>22} {'alpha':>5} {'float32 channels':>16} {'isolated mean':>13} {'min':>8} "
-             f"{'cumulative mean':>15} {'min':>8}" + ("  block isolated means" if report.get("fallback_blocks")
-                                                      is not None else "")]
+             f"{'cumulative mean':>15} {'min':>8}" + _UNIT_HEADINGS.get(report.get("fallback_unit"), "")]
     for layer in report["layers"]:
         isolated, cumulative = layer["isolated_cosine"], layer["cumulative_cosine"]
-        blocks = "".join(f"  {block.replace('_', '-')} {entry['isolated_cosine']['mean']:.6f}"
+        blocks = "".join(f"  {UNIT_LABELS[block]} {entry['isolated_cosine']['mean']:.6f}"
                          for block, entry in layer.get("blocks", {}).items())
+        blocks += "".join(f"  {UNIT_LABELS[name]} {entry['bfloat16_cosine']['mean'] - isolated['mean']:+.6f}"
+                          for name, entry in layer.get("matmuls", {}).items())
         channels = ",".join(map(str, layer.get("outlier_channels") or [])) or "-"
         lines.append(f"{layer['layer']:>5} {layer['precision']:>22} {layer['smoothing']:>5} {channels:>16} "
                      f"{isolated['mean']:>13.6f} {isolated['min']:>8.4f} {cumulative['mean']:>15.6f} "

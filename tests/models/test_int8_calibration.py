@@ -10,6 +10,7 @@ import tensorflow as tf
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.int8_calibration import BLOCKS
+from tf_msemb.models.int8_calibration import MATMULS
 from tf_msemb.models.int8_calibration import SMOOTHING_CANDIDATES
 from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.int8_calibration import _mark_bfloat16
@@ -204,9 +205,41 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
     assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
 
+@needs_int8
+def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfloat16(deep_encoder):
+    plain = _int8(deep_encoder, Int8Options(fallback_unit="matmul", **WHOLE_RANGE)).int8_report
+    gains = {(layer["layer"], name): entry["bfloat16_cosine"]["mean"] - layer["isolated_cosine"]["mean"]
+             for layer in plain["layers"] for name, entry in layer["matmuls"].items()}
+    # The damaged channel widens the GELU output, the second matmul's int8 input: bfloat16 there gains most.
+    assert max(gains, key=gains.get) == (DAMAGED, "feed_forward_output"), gains
+    assert gains[DAMAGED, "feed_forward_output"] > 10 * max(abs(gains[DAMAGED, "attention"]), 1e-6)
+    assert plain["fallback_matmuls"] == [] and plain["fallback_layers"] == []
+
+    budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
+        1 - plain["sentence_cosine"]["all_int8"]["mean"]))
+    packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, fallback_unit="matmul", max_fallback_layers=1,
+                                             **WHOLE_RANGE))
+    report = packed.int8_report
+    assert report["fallback_matmuls"] == [[DAMAGED, "feed_forward_output"]] and report["fallback_layers"] == [DAMAGED]
+    damaged = report["layers"][DAMAGED]
+    assert damaged["precision"] == "bfloat16 feed-forward output"
+    assert damaged["matmuls"]["attention"]["precision"] == "int8"
+    assert describe_fallback(report) == f"matmuls: {DAMAGED} feed-forward output"
+    # The first feed-forward matmul stays int8, writing the GELU output in bfloat16 for the second, which runs
+    # the float weights in bfloat16; attention keeps its int8 matmuls.
+    layer = packed.backbone.layers[DAMAGED]
+    assert isinstance(layer["qkv"], Int8Dense) and isinstance(layer["attention_output"], Int8Dense)
+    assert isinstance(layer["intermediate"], Int8Dense) and layer["intermediate"].output_range is None
+    assert layer["intermediate"].output_dtype == tf.bfloat16
+    assert isinstance(layer["output"], PackedDense) and layer["output"].compute_dtype == tf.bfloat16
+    assert report["sentence_cosine"]["exported"]["mean"] > report["sentence_cosine"]["all_int8"]["mean"]
+    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
+    assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
+
+
 def test_an_unknown_fallback_unit_is_named():
-    with pytest.raises(ValueError, match="fallback unit 'matmul'"):
-        Int8Options(fallback_unit="matmul")
+    with pytest.raises(ValueError, match="fallback unit 'tensor'"):
+        Int8Options(fallback_unit="tensor")
 
 
 def test_a_layer_is_bfloat16_once_both_its_blocks_are():
@@ -218,3 +251,13 @@ def test_a_layer_is_bfloat16_once_both_its_blocks_are():
     assert describe_fallback({"fallback_blocks": [[3, "feed_forward"], [3, "attention"]], "fallback_layers": [3]}) \
         == "blocks: 3 feed-forward, 3 attention"
     assert describe_fallback({"fallback_layers": [4, 5]}) == "layers: 4, 5"
+
+
+def test_a_layer_with_matmuls_in_bfloat16_names_them_and_keeps_its_first_feed_forward_matmul_int8():
+    layer = {"precision": "int8", "matmuls": {name: {"precision": "int8"} for name in MATMULS}}
+    _mark_bfloat16(layer, "feed_forward_output")
+    assert layer["precision"] == "bfloat16 feed-forward output"
+    _mark_bfloat16(layer, "attention")
+    assert layer["precision"] == "bfloat16 attention, feed-forward output"
+    assert describe_fallback({"fallback_matmuls": [[3, "feed_forward_output"]], "fallback_layers": [3]}) \
+        == "matmuls: 3 feed-forward output"

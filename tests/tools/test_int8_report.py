@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO
 from pretrained_checkpoints import checkpoint
 from tf_msemb.export.int8 import PROBES
+from tf_msemb.models.int8_calibration import UNIT_LABELS
 from tf_msemb.models.packed import int8_support
 
 TOOL = os.path.join(REPO, "tools", "int8_report.py")
@@ -40,23 +41,27 @@ def test_prints_a_row_per_layer_and_writes_the_report(tmp_path):
 
 
 @pytest.mark.skipif(int8_support() is not None, reason=f"{int8_support()}")
-def test_block_fallback_prints_each_block_and_the_blocks_in_bfloat16(tmp_path):
+@pytest.mark.parametrize("unit", ["block", "matmul"])
+def test_block_and_matmul_fallback_print_each_unit_and_the_units_in_bfloat16(tmp_path, unit):
     calibration = tmp_path / "calibration.txt"
     calibration.write_text("".join(f"sentence {i} about a dog in the park\n" for i in range(40)), encoding="utf-8")
     result = subprocess.run([sys.executable, TOOL, f"--model={checkpoint('bert_wordpiece_uncased')}",
-                             f"--calibration_file={calibration}", "--int8_fallback_unit=block",
+                             f"--calibration_file={calibration}", f"--int8_fallback_unit={unit}",
                              "--int8_fallback_cosine=1.0", "--int8_max_fallback_layers=1",
                              f"--output={tmp_path / 'report.json'}"], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
-    blocks = {(layer["layer"], block): entry["isolated_cosine"]["mean"]
-              for layer in report["layers"] for block, entry in layer["blocks"].items()}
-    worst = min(blocks, key=blocks.get)
-    assert report["fallback_blocks"] == [list(worst)] and report["fallback_layers"] == [worst[0]]
-    name = worst[1].replace("_", "-")
-    assert f"as exported (bfloat16 blocks: {worst[0]} {name}; float32 GELU channels " in result.stdout
+    # Blocks: the lowest isolated cosine falls back first; matmuls: the largest gain in bfloat16.
+    scores = {(layer["layer"], part): entry["isolated_cosine"]["mean"] if unit == "block"
+              else layer["isolated_cosine"]["mean"] - entry["bfloat16_cosine"]["mean"]
+              for layer in report["layers"] for part, entry in layer[f"{unit}s"].items()}
+    worst = min(scores, key=scores.get)
+    assert report[f"fallback_{unit}s"] == [list(worst)] and report["fallback_layers"] == [worst[0]]
+    name = UNIT_LABELS[worst[1]]
+    assert f"as exported (bfloat16 {unit}s: {worst[0]} {name}; float32 GELU channels " in result.stdout
     row = next(line for line in result.stdout.splitlines() if line.split() and line.split()[0] == str(worst[0]))
-    assert f"bfloat16 {name}" in row and f"{name} {blocks[worst]:.6f}" in row
+    shown = f"{scores[worst]:.6f}" if unit == "block" else f"{-scores[worst]:+.6f}"
+    assert f"bfloat16 {name}" in row and f"{name} {shown}" in row
 
 
 def test_a_bad_smoothing_value_ends_in_one_error_line(tmp_path):

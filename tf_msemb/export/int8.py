@@ -116,11 +116,12 @@ def define_flags():
     flags.DEFINE_enum("int8_ranges", "minmax", list(RANGES), "int8: activation ranges: observed min/max, a "
                       "percentile, or the range of least squared error.")
     flags.DEFINE_float("int8_percentile", 99.99, "int8: with --int8_ranges=percentile.")
-    flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers (or blocks) that lose most run in bfloat16 until "
+    flags.DEFINE_float("int8_fallback_cosine", None, "int8: budget: the layers (or blocks, matmuls) that lose most run in bfloat16 until "
                        "the held-out sentence vectors' mean cosine to float32 reaches this.")
-    flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers (or blocks).")
+    flags.DEFINE_integer("int8_max_fallback_layers", None, "int8: at most this many bfloat16 layers (or blocks, matmuls).")
     flags.DEFINE_enum("int8_fallback_unit", "layer", list(FALLBACK_UNITS), "int8: what falls back to bfloat16: "
-                      "whole layers, or blocks (a layer's attention or feed-forward matmuls), each scored alone.")
+                      "whole layers, blocks (a layer's attention or feed-forward matmuls, each scored alone) or "
+                      "matmuls (attention, or the second feed-forward matmul alone; largest gain first).")
     flags.DEFINE_integer("int8_stress_inputs", 16, "int8: the calibration text's most frequent words, each repeated "
                          "to the longest input, calibrate too (and half as many runs of joined sentences); 0: none.")
     flags.DEFINE_integer("int8_outlier_channels", Int8Options.outlier_channels, "int8: at most this many channels of "

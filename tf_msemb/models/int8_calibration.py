@@ -22,7 +22,13 @@ one layer at a time and measures what each choice costs where it is made:
    half a layer (`BLOCKS`: attention's two matmuls, or the feed-forward's
    two), each scored by its own isolated cosine (that block int8, the rest
    of the layer float32): a layer that loses in one block keeps the other's
-   int8 speed.
+   int8 speed. With `fallback_unit="matmul"` the units are finer still: a
+   layer's attention block (its two matmuls share the folded smoothing) and
+   its second feed-forward matmul alone (`MATMULS`), whose int8 input, the
+   GELU output, no smoothing reaches; the first one stays int8 and writes
+   that input in bfloat16. Each is scored by what falling back gains: the
+   layer's isolated cosine with that unit in bfloat16 and the rest int8,
+   less its all-int8 one; the largest gains fall back first.
 
 Each layer's `cumulative_cosine` (the exported int8 layers from the
 embeddings up to its output, against float32's) shows where the error
@@ -42,6 +48,7 @@ from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.models.quantization import DEFAULT_OUTLIER_CHANNELS
 from tf_msemb.models.quantization import DEFAULT_SMOOTHING
 from tf_msemb.models.quantization import RangeObserver
+from tf_msemb.models.quantization import float_output_intermediate
 from tf_msemb.models.quantization import minmax_range
 from tf_msemb.models.quantization import outlier_channels
 from tf_msemb.models.quantization import quantize_layer
@@ -49,10 +56,13 @@ from tf_msemb.models.quantization import quantize_layer
 RANGES = ("minmax", "percentile", "mse")
 ATTENTION_DTYPES = ("bfloat16", "float32")
 SMOOTHING_CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9)
-FALLBACK_UNITS = ("layer", "block")
+FALLBACK_UNITS = ("layer", "block", "matmul")
 # A layer's matmuls in the two groups that quantize together: the attention output's smoothing is folded into qkv's
 # value columns, and the intermediate matmul writes the int8 input of the output one.
 BLOCKS = {"attention": ("qkv", "attention_output"), "feed_forward": ("intermediate", "output")}
+# The units of the "matmul" fallback: the attention block, and the second feed-forward matmul on its own.
+MATMULS = ("attention", "feed_forward_output")
+UNIT_LABELS = {"attention": "attention", "feed_forward": "feed-forward", "feed_forward_output": "feed-forward output"}
 SAMPLED_ROWS = 8192  # input rows per matmul that percentile and MSE ranges are chosen on
 MSE_VALUES = 1 << 20  # sampled values the MSE search scores each candidate range on
 MSE_SHRINKS = np.linspace(0.1, 1.0, 46)  # candidate ranges: the min/max range times each
@@ -73,8 +83,8 @@ class Int8Options:
         fallback_cosine: budget: bfloat16 layers (or blocks) until the held-out sentence
             vectors' mean cosine to float32 is at least this; None: all int8.
         max_fallback_layers: at most this many bfloat16 units (None: any).
-        fallback_unit: what falls back to bfloat16: a `"layer"`, or a
-            `"block"` (`BLOCKS`: half a layer).
+        fallback_unit: what falls back to bfloat16: a `"layer"`, a
+            `"block"` (`BLOCKS`: half a layer) or a `"matmul"` (`MATMULS`).
         attention: dtype attention runs in between the int8 matmuls
             (`"bfloat16"`, which the query-key-value matmul writes, or
             `"float32"`: long inputs stay closer to float32).
@@ -217,8 +227,9 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
         pool: `(token states, ids) -> [b, d]` sentence vectors of the encoder.
         options: `Int8Options`.
     Returns: the report (JSON-ready): options, per-layer alpha, precision and
-    isolated cosine (per block too with `fallback_unit="block"`), the units
-    that fell back, and the held-out sentence cosines before and after it.
+    isolated cosine (per block too with `fallback_unit="block"`, and with
+    each `MATMULS` unit in bfloat16 with `"matmul"`), the units that fell
+    back, and the held-out sentence cosines before and after it.
     """
     with _retracing_expected():
         return _calibrate(reference, target, batches, held_out, pool, options)
@@ -233,7 +244,7 @@ def _calibrate(reference, target, batches, held_out, pool, options):
     check = _Batch(tf.concat(list(held_out), axis=0), reference)
     states = [reference.embed(batch.ids) for batch in calibration]
     check_states = [reference.embed(check.ids)]
-    layers = []
+    layers, replacements = [], {}
     for index, layer in enumerate(reference.layers):
         observers = [RangeObserver(layer[role], fraction if options.ranges != "minmax" else 0.0, seed=index)
                      for role in LAYER_DENSES]
@@ -257,6 +268,13 @@ def _calibrate(reference, target, batches, held_out, pool, options):
                 alone = dict(target.layers[index], **{role: best[1][role] for role in roles})
                 cosines = _layer_cosines(target, alone, check_states[-1], check.ids, want)
                 entry["blocks"][block] = {"precision": "int8", "isolated_cosine": _summary(cosines)}
+        elif options.fallback_unit == "matmul":
+            entry["matmuls"] = {}
+            roles = dict(zip(LAYER_DENSES, observers))
+            for name, replacement in _matmul_fallbacks(layer, roles["intermediate"], best[0], options).items():
+                cosines = _layer_cosines(target, dict(best[1], **replacement), check_states[-1], check.ids, want)
+                entry["matmuls"][name] = {"precision": "int8", "bfloat16_cosine": _summary(cosines)}
+                replacements[index, name] = replacement
         target.layers[index].update((role, best[1][role]) for role in LAYER_DENSES)
         layers.append(entry)
         check_states.append(want)
@@ -271,48 +289,70 @@ def _calibrate(reference, target, batches, held_out, pool, options):
     units = _fallback_units(layers, options.fallback_unit)
     limit = len(units) if options.max_fallback_layers is None else options.max_fallback_layers
     while options.fallback_cosine is not None and cosines.mean() < options.fallback_cosine and len(fallback) < limit:
-        index, block = units[len(fallback)]
-        roles = LAYER_DENSES if block is None else BLOCKS[block]
-        target.layers[index].update(zip(roles, bfloat16_layer([reference.layers[index][role] for role in roles])))
-        _mark_bfloat16(layers[index], block)
-        fallback.append((index, block))
+        index, part = units[len(fallback)]
+        if options.fallback_unit == "matmul":
+            target.layers[index].update(replacements[index, part])
+        else:
+            roles = LAYER_DENSES if part is None else BLOCKS[part]
+            target.layers[index].update(zip(roles, bfloat16_layer([reference.layers[index][role] for role in roles])))
+        _mark_bfloat16(layers[index], part)
+        fallback.append((index, part))
         cosines = sentence_cosines()
     exported = target.embed(check.ids)
     for index, layer in enumerate(target.layers):
         exported = _layer_function(target, layer)(exported, check.ids)
         layers[index]["cumulative_cosine"] = _summary(_token_cosines(exported, check_states[index + 1]))
     by_block = {} if options.fallback_unit == "layer" else {
-        "fallback_blocks": [[index, block] for index, block in fallback]}
+        f"fallback_{options.fallback_unit}s": [[index, part] for index, part in fallback]}
     return {**dataclasses.asdict(options), "held_out_sentences": int(check.original.nrows()),
             "layers": layers, "fallback_layers": list(dict.fromkeys(index for index, _ in fallback)), **by_block,
             "sentence_cosine": {"all_int8": _summary(all_int8), "exported": _summary(cosines)}}
 
 
+def _matmul_fallbacks(layer, intermediate, alpha, options):
+    """The `MATMULS` units of a float32 `layer` in bfloat16, each as the denses that replace its int8 ones: the
+    attention block's two matmuls, or the second feed-forward matmul with the first (observed `intermediate`, int8
+    at smoothing `alpha`) writing its input in bfloat16."""
+    attention = BLOCKS["attention"]
+    return {"attention": dict(zip(attention, bfloat16_layer([layer[role] for role in attention]))),
+            "feed_forward_output": {
+                "intermediate": float_output_intermediate(intermediate, alpha, options.input_range),
+                "output": bfloat16_layer([layer["output"]])[0]}}
+
+
 def _fallback_units(layers, unit):
-    """`(layer index, block name or None)` of every unit that can fall back, lowest isolated cosine first."""
+    """`(layer index, part name or None)` of every unit that can fall back, first the one that loses most: lowest
+    isolated cosine (layers, blocks) or largest gain in bfloat16 (matmuls)."""
     if unit == "layer":
         units = [((i, None), layer["isolated_cosine"]["mean"]) for i, layer in enumerate(layers)]
-    else:
+    elif unit == "block":
         units = [((i, block), entry["isolated_cosine"]["mean"])
                  for i, layer in enumerate(layers) for block, entry in layer["blocks"].items()]
+    else:
+        units = [((i, name), layer["isolated_cosine"]["mean"] - entry["bfloat16_cosine"]["mean"])
+                 for i, layer in enumerate(layers) for name, entry in layer["matmuls"].items()]
     return [unit for unit, _ in sorted(units, key=lambda item: item[1])]
 
 
-def _mark_bfloat16(layer, block):
-    """Records in a layer's report entry that `block` (None: all of it) runs in bfloat16."""
-    if block is None:
+def _mark_bfloat16(layer, part):
+    """Records in a layer's report entry that `part` (a block or matmul unit; None: all of it) runs in bfloat16."""
+    if part is None:
         layer["precision"] = "bfloat16"
         return
-    layer["blocks"][block]["precision"] = "bfloat16"
-    precisions = {entry["precision"] for entry in layer["blocks"].values()}
-    layer["precision"] = precisions.pop() if len(precisions) == 1 else f"bfloat16 {block.replace('_', '-')}"
+    parts = layer["blocks" if "blocks" in layer else "matmuls"]
+    parts[part]["precision"] = "bfloat16"
+    fallen = [name for name, entry in parts.items() if entry["precision"] == "bfloat16"]
+    whole = "blocks" in layer and len(fallen) == len(parts)
+    layer["precision"] = "bfloat16" if whole else f"bfloat16 {', '.join(UNIT_LABELS[name] for name in fallen)}"
 
 
 def describe_fallback(report):
-    """What a calibration `report` put in bfloat16, as text: `layers: 4, 5` or `blocks: 4 feed-forward, ...`."""
-    if report.get("fallback_blocks") is not None:
-        units = [f"{index} {block.replace('_', '-')}" for index, block in report["fallback_blocks"]]
-        return f"blocks: {', '.join(units) or 'none'}"
+    """What a calibration `report` put in bfloat16, as text: `layers: 4, 5`, `blocks: 4 feed-forward, ...` or
+    `matmuls: 4 feed-forward output, ...`."""
+    for unit in ("block", "matmul"):
+        if report.get(f"fallback_{unit}s") is not None:
+            units = [f"{index} {UNIT_LABELS[part]}" for index, part in report[f"fallback_{unit}s"]]
+            return f"{unit}s: {', '.join(units) or 'none'}"
     return f"layers: {', '.join(map(str, report.get('fallback_layers') or [])) or 'none'}"
 
 

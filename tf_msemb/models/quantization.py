@@ -242,6 +242,15 @@ def _smoothed(observer, alpha, input_range, kernel=None):
     return smoothed, inverse, input_range(observer, inverse)
 
 
+def float_output_intermediate(observer, alpha, input_range=minmax_range, output_dtype=tf.bfloat16):
+    """The first feed-forward matmul as `quantize_layer` makes it (same smoothing and input range), writing its GELU
+    output as float `output_dtype` instead of int8: the input of a second feed-forward matmul that runs in bfloat16
+    (`int8_calibration`'s `"matmul"` fallback)."""
+    kernel, inverse, input_low_high = _smoothed(observer, alpha, input_range)
+    return Int8Dense(kernel, observer.weights()[1], input_low_high, inverse, activation=observer.dense.activation,
+                     output_dtype=output_dtype)
+
+
 def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=()):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
     `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
