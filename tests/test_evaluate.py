@@ -2,6 +2,7 @@
 
 import functools
 import json
+import shutil
 
 import keras
 import numpy as np
@@ -196,6 +197,27 @@ def test_all_exports_tabulates_the_summary_metrics_over_steps(model_dir, tmp_pat
         assert row.split() == [str(step)] + [f"{100 * value:.2f}" for value in means]
     with pytest.raises(FileNotFoundError, match="No versioned exports"):
         run_cli(capsys, f"--model={model_dir}/export/final", "--all_exports", f"--pair={english},{german}")
+
+
+def test_all_exports_adds_the_best_export_where_no_step_holds_it(model_dir, tokenizer, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(model_dir, run)
+    # Selected at step 20 (evaluated, not exported there): a third encoder, unlike the steps' ones.
+    _tiny_export(tokenizer, str(tmp_path / "selected"), 20)
+    shutil.copytree(tmp_path / "selected" / "20", run / "export" / "best")
+    english = _lines(tmp_path / "held.en", ["The woman reads a book.", "A dog runs in the park.", "We eat bread."])
+    german = _lines(tmp_path / "held.de", ["Die Frau liest ein Buch.", "Ein Hund rennt im Park.", "Wir essen Brot."])
+    table = run_cli(capsys, f"--model={run}", "--all_exports", f"--pair={english},{german}",
+                    f"--output={tmp_path}/steps.json")
+    written = json.loads((tmp_path / "steps.json").read_text())
+    assert list(written) == ["5", "40", "best"] and [row.split()[0] for row in table[1:]] == ["5", "40", "best"]
+    embed = functools.partial(encode, load_model(str(run / "export" / "best")), verbose=False)
+    assert written["best"] == TranslationRetrieval([(english, german)]).evaluate(embed)
+    # Where a step's export holds the selected step, the table has no row of its own for it.
+    shutil.rmtree(run / "export" / "best")
+    shutil.copytree(run / "export" / "40", run / "export" / "best")
+    table = run_cli(capsys, f"--model={run}", "--all_exports", f"--pair={english},{german}")
+    assert [row.split()[0] for row in table[1:]] == ["5", "40"]
 
 
 def test_distillation_teacher_from_an_export_or_a_pretrained_model(model_dir, tokenizer, tmp_path, capsys,

@@ -2,10 +2,12 @@
 
 `--model` is an export directory or a training `model_dir` (its `export/final`).
 With `--all_exports`, `--model` is a training `model_dir` and every versioned
-export `export/<step>` is evaluated, in step order: the table then has a row
-per step and a column per summary metric (`<evaluator>/<metric>`, the mean
-over sets that training logs), and `--output` writes `{step: results}`. The
-data are read once and every export is scored on the same sets.
+export `export/<step>` is evaluated, in step order, and `export/best` too
+when the step it holds has no versioned export (a run evaluated more often
+than it exported): the table then has a row per step (and `best`) and a
+column per summary metric (`<evaluator>/<metric>`, the mean over sets that
+training logs), and `--output` writes `{step: results}`. The data are read
+once and every export is scored on the same sets.
 
 retrieval: Tatoeba-style accuracy for each `--pair=SRC_FILE,TGT_FILE`
 (line-aligned text, plain or .gz); P@1/3/10 of each `--pool_pair=SRC,TGT`
@@ -68,6 +70,7 @@ from tf_msemb.evaluation import search
 from tf_msemb.evaluation.classification import ZeroShotClassification
 from tf_msemb.evaluation.distillation import DistillationMSE
 from tf_msemb.evaluation.encoding import Memoized
+from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import numbered_exports
@@ -81,7 +84,8 @@ from tf_msemb.text_files import CorpusError
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
 flags.DEFINE_bool("all_exports", False,
-                  "Evaluate every versioned export model_dir/export/<step> of --model, in step order.")
+                  "Evaluate every versioned export model_dir/export/<step> of --model, in step order, and "
+                  "export/best where its step has none.")
 flags.DEFINE_enum("task", "retrieval", ["retrieval", "sts", "mining", "classify", "distillation", "mteb"],
                   "What to evaluate.")
 flags.DEFINE_multi_string("pair", [], "SRC_FILE,TGT_FILE of line-aligned sentences (retrieval, distillation).")
@@ -205,7 +209,7 @@ def format_table(results, scale=1.0):
 
 
 def format_steps(summaries, scale=1.0):
-    """One row per export step, a column per summary metric (values times `scale`)."""
+    """One row per export step (or `best`), a column per summary metric (values times `scale`)."""
     columns = list(dict.fromkeys(c for s in summaries.values() for c in s))
     return text_table([("step", 8, ">")], [((step,), s) for step, s in summaries.items()], columns, scale)
 
@@ -260,7 +264,9 @@ def main(argv):
     scale = 1.0 if FLAGS.task == "sts" else 100.0
     if FLAGS.all_exports:
         results, summaries = {}, {}
-        for step, path in numbered_exports(FLAGS.model):
+        exports = numbered_exports(FLAGS.model)
+        best = best_export(FLAGS.model, [step for step, _ in exports])
+        for step, path in exports + ([("best", best)] if best else []):
             results[step], summaries[step] = evaluate_export(evaluators, path, FLAGS.batch_size)
         print(format_steps(summaries, scale))
     else:
