@@ -48,9 +48,9 @@ from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.models.quantization import DEFAULT_OUTLIER_CHANNELS
 from tf_msemb.models.quantization import DEFAULT_SMOOTHING
 from tf_msemb.models.quantization import RangeObserver
-from tf_msemb.models.quantization import float_output_intermediate
 from tf_msemb.models.quantization import minmax_range
 from tf_msemb.models.quantization import outlier_channels
+from tf_msemb.models.quantization import quantize_intermediate
 from tf_msemb.models.quantization import quantize_layer
 
 RANGES = ("minmax", "percentile", "mse")
@@ -316,7 +316,8 @@ def _matmul_fallbacks(layer, intermediate, alpha, options):
     attention = BLOCKS["attention"]
     return {"attention": dict(zip(attention, bfloat16_layer([layer[role] for role in attention]))),
             "feed_forward_output": {
-                "intermediate": float_output_intermediate(intermediate, alpha, options.input_range),
+                "intermediate": quantize_intermediate(intermediate, alpha, options.input_range,
+                                                      output_dtype=tf.bfloat16),
                 "output": bfloat16_layer([layer["output"]])[0]}}
 
 

@@ -242,13 +242,15 @@ def _smoothed(observer, alpha, input_range, kernel=None):
     return smoothed, inverse, input_range(observer, inverse)
 
 
-def float_output_intermediate(observer, alpha, input_range=minmax_range, output_dtype=tf.bfloat16):
-    """The first feed-forward matmul as `quantize_layer` makes it (same smoothing and input range), writing its GELU
-    output as float `output_dtype` instead of int8: the input of a second feed-forward matmul that runs in bfloat16
-    (`int8_calibration`'s `"matmul"` fallback)."""
-    kernel, inverse, input_low_high = _smoothed(observer, alpha, input_range)
-    return Int8Dense(kernel, observer.weights()[1], input_low_high, inverse, activation=observer.dense.activation,
-                     output_dtype=output_dtype)
+def quantize_intermediate(observer, alpha, input_range=minmax_range, output_range=None, outlier_columns=None,
+                          output_dtype=tf.float32):
+    """The first feed-forward matmul of an observed layer as an `Int8Dense`: input smoothed at `alpha`, its range
+    by `input_range`; the GELU output int8 on `output_range` (with float32 `outlier_columns`, `quantize_layer`) or,
+    with no `output_range`, float `output_dtype` (the input of a bfloat16 second matmul, `int8_calibration`'s
+    `"matmul"` fallback)."""
+    kernel, inverse, low_high = _smoothed(observer, alpha, input_range)
+    return Int8Dense(kernel, observer.weights()[1], low_high, inverse, activation=observer.dense.activation,
+                     output_range=output_range, output_dtype=output_dtype, outlier_columns=outlier_columns)
 
 
 def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=()):
@@ -271,9 +273,7 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     in_range = np.ones_like(output.low)
     in_range[outliers] = 0.0
     gelu_range = input_range(output, in_range)
-    inter_kernel, inter_inverse, inter_range = _smoothed(intermediate, alpha, input_range)
     return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype),
             Int8Dense(kernel, attention_output.weights()[1], attended_range),
-            Int8Dense(inter_kernel, intermediate.weights()[1], inter_range, inter_inverse,
-                      activation=intermediate.dense.activation, output_range=gelu_range, outlier_columns=outliers),
+            quantize_intermediate(intermediate, alpha, input_range, output_range=gelu_range, outlier_columns=outliers),
             Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers))
