@@ -70,6 +70,20 @@ def _cosines(encoder, packed, batch):
     return tf.reduce_sum(want * got, -1).numpy()
 
 
+def _half_way(report):
+    """A budget half way from a report's all-int8 held-out cosine to 1."""
+    all_int8 = report["sentence_cosine"]["all_int8"]["mean"]
+    return min(0.99999, all_int8 + 0.5 * (1 - all_int8))
+
+
+def _assert_fallback_measured_and_better(encoder, packed):
+    """The fallback raised the held-out cosine, and the exported encoder is the one the report measured."""
+    cosine = packed.int8_report["sentence_cosine"]
+    assert cosine["exported"]["mean"] > cosine["all_int8"]["mean"]
+    assert _cosines(encoder, packed, _batches(1, 1, 32)[0]).mean() == pytest.approx(cosine["exported"]["mean"],
+                                                                                    abs=1e-5)
+
+
 def _fake_quant_error(values, low, high):
     """Mean squared error of TensorFlow's own 8-bit fake quantization of `values` on `[low, high]`."""
     x = tf.constant(values, tf.float32)
@@ -129,8 +143,7 @@ def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(d
     assert plain["fallback_layers"] == [] and plain["sentence_cosine"]["exported"] == plain["sentence_cosine"][
         "all_int8"]
 
-    budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
-        1 - plain["sentence_cosine"]["all_int8"]["mean"]))
+    budget = _half_way(plain)
     packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, **WHOLE_RANGE))
     report = packed.int8_report
     assert report["fallback_layers"][0] == DAMAGED
@@ -185,8 +198,7 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
     assert blocks[DAMAGED, "attention"] > blocks[DAMAGED, "feed_forward"]
     assert plain["fallback_blocks"] == [] and plain["fallback_layers"] == []
 
-    budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
-        1 - plain["sentence_cosine"]["all_int8"]["mean"]))
+    budget = _half_way(plain)
     packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, fallback_unit="block", max_fallback_layers=1,
                                              **WHOLE_RANGE))
     report = packed.int8_report
@@ -200,9 +212,7 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
     assert isinstance(layer["qkv"], Int8Dense) and isinstance(layer["attention_output"], Int8Dense)
     assert isinstance(layer["intermediate"], PackedDense) and layer["intermediate"].compute_dtype == tf.bfloat16
     assert isinstance(layer["output"], PackedDense)
-    assert report["sentence_cosine"]["exported"]["mean"] > report["sentence_cosine"]["all_int8"]["mean"]
-    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
-    assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
+    _assert_fallback_measured_and_better(deep_encoder, packed)
 
 
 @needs_int8
@@ -215,8 +225,7 @@ def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfl
     assert gains[DAMAGED, "feed_forward_output"] > 10 * max(abs(gains[DAMAGED, "attention"]), 1e-6)
     assert plain["fallback_matmuls"] == [] and plain["fallback_layers"] == []
 
-    budget = min(0.99999, plain["sentence_cosine"]["all_int8"]["mean"] + 0.5 * (
-        1 - plain["sentence_cosine"]["all_int8"]["mean"]))
+    budget = _half_way(plain)
     packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, fallback_unit="matmul", max_fallback_layers=1,
                                              **WHOLE_RANGE))
     report = packed.int8_report
@@ -232,9 +241,7 @@ def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfl
     assert isinstance(layer["intermediate"], Int8Dense) and layer["intermediate"].output_range is None
     assert layer["intermediate"].output_dtype == tf.bfloat16
     assert isinstance(layer["output"], PackedDense) and layer["output"].compute_dtype == tf.bfloat16
-    assert report["sentence_cosine"]["exported"]["mean"] > report["sentence_cosine"]["all_int8"]["mean"]
-    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
-    assert cosines.mean() == pytest.approx(report["sentence_cosine"]["exported"]["mean"], abs=1e-5)
+    _assert_fallback_measured_and_better(deep_encoder, packed)
 
 
 def test_an_unknown_fallback_unit_is_named():
