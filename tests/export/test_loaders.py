@@ -19,6 +19,7 @@ from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import WARMUP_BATCH
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import l2_normalize
+from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.packed import INT8_REQUIRED_OPS
 from tf_msemb.models.packed import int8_support
 from tf_msemb.quickstart import CORPUS_DIR
@@ -35,14 +36,17 @@ EXPORTS = {
     "float32_single": {"single_sentence": True},
     "int8_single": {"precision": "int8", "calibration_file": os.path.join(CORPUS_DIR, "train.en.txt"),
                     "single_sentence": True},
+    # The GELU output on a range per token: row maxima and a rescale that the other int8 export does not have.
+    "int8_token": {"precision": "int8", "calibration_file": os.path.join(CORPUS_DIR, "train.en.txt"),
+                   "int8": Int8Options(gelu_range="token")},
 }
 # Session and restored-function outputs of one graph: equal for float32 (the issue's bound), and to rounding below.
 SESSION_TOLERANCE = {"float32": 1e-6, "padded": 1e-6, "mixed_bfloat16": 1e-5, "int8": 1e-5, "float32_single": 1e-6,
                      # The batch branch is a called function, which a v1 Session runs without TensorFlow's oneDNN
                      # rewrites: attention's bfloat16 matmuls round otherwise (max difference 5.6e-3 measured).
-                     "int8_single": 2e-2}
+                     "int8_single": 2e-2, "int8_token": 1e-5}
 # float32 packed is the default export and int8 the one with internal ops; the other two run with the slow tests.
-SLOW = ("padded", "mixed_bfloat16", "int8_single")
+SLOW = ("padded", "mixed_bfloat16", "int8_single", "int8_token")
 PRECISIONS = [pytest.param(name, marks=[pytest.mark.skipif(name.startswith("int8") and bool(int8_support()),
                                                            reason=str(int8_support()))]
                            + ([pytest.mark.slow] if name in SLOW else []))
@@ -124,7 +128,7 @@ def _keras_gradients(tokenizer, encoder, projection, sentences=SENTENCES):
 # Gradients at training=False against the float32 Keras forward's, relative to the largest: exact for float32 packed
 # and padded and for int8 (whose gradient is that forward's, straight-through); bfloat16's reference runs in bfloat16.
 GRADIENT_TOLERANCE = {"float32": 1e-5, "padded": 1e-5, "mixed_bfloat16": 2e-2, "int8": 1e-5, "float32_single": 1e-5,
-                      "int8_single": 1e-5}
+                      "int8_single": 1e-5, "int8_token": 1e-5}
 
 
 def _check_gradients(path, tokenizer, encoder, precision, tmp_path):
@@ -183,3 +187,5 @@ def test_metadata_names_the_ops_beyond_stock_tensorflow_and_the_writer(exports, 
         metadata = json.load(f)
     assert metadata["tensorflow_version"] == tf.__version__
     assert metadata["required_ops"] == (sorted(INT8_REQUIRED_OPS) if precision.startswith("int8") else [])
+    if precision.startswith("int8"):
+        assert metadata["int8_calibration"]["gelu_range"] == ("token" if precision == "int8_token" else "tensor")

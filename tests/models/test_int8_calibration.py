@@ -119,6 +119,8 @@ def test_options_name_the_bad_value():
         Int8Options(smoothing=1.5)
     with pytest.raises(ValueError, match="outlier_channels -1"):
         Int8Options(outlier_channels=-1)
+    with pytest.raises(ValueError, match="gelu_range 'row'"):
+        Int8Options(gelu_range="row")
 
 
 def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
@@ -174,6 +176,27 @@ def test_the_damaged_channel_stays_float32_and_its_layer_keeps_float32_quality(d
     # The exported encoder is the one measured.
     cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
     assert cosines.mean() == pytest.approx(split["sentence_cosine"]["exported"]["mean"], abs=1e-5)
+
+
+@needs_int8
+def test_gelu_ranges_per_token_lose_less_and_are_what_is_exported(deep_encoder):
+    # With the damaged channel in the int8 range, the tokens it is quiet in get levels of their own: the damaged
+    # layer loses a fraction of what it loses on one range. Wrong code this fails: the option not reaching the
+    # layers (the same cosines), the report not saying which range ran, an exported encoder other than the one
+    # measured.
+    whole = {gelu_range: _int8(deep_encoder, Int8Options(gelu_range=gelu_range, **WHOLE_RANGE)).int8_report
+             for gelu_range in ("tensor", "token")}
+    damaged = {name: 1 - report["layers"][DAMAGED]["isolated_cosine"]["mean"] for name, report in whole.items()}
+    assert damaged["token"] < 0.3 * damaged["tensor"], damaged
+    tensor = _int8(deep_encoder, Int8Options()).int8_report
+    packed = _int8(deep_encoder, Int8Options(gelu_range="token"))
+    token = packed.int8_report
+    assert (tensor["gelu_range"], token["gelu_range"]) == ("tensor", "token")
+    for per_tensor, per_token in zip(tensor["layers"], token["layers"]):
+        assert per_token["isolated_cosine"]["mean"] >= per_tensor["isolated_cosine"]["mean"]
+    assert token["sentence_cosine"]["all_int8"]["mean"] > tensor["sentence_cosine"]["all_int8"]["mean"]
+    cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
+    assert cosines.mean() == pytest.approx(token["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
 
 @needs_int8

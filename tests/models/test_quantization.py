@@ -261,3 +261,61 @@ def test_an_outlier_split_needs_both_ends():
     second = Int8Dense(kernel, np.zeros(3), (0.0, 1.0), outlier_rows=[2])
     with pytest.raises(ValueError, match="outliers and an Int8Dense's outlier_rows come together"):
         second(QuantizedTensor(tf.zeros([2, 4], tf.quint8), 0.0, 1.0))
+
+
+@needs_int8
+def test_a_gelu_output_on_a_range_per_token_keeps_the_quiet_tokens_levels():
+    # A tenth of the tokens reach GELU values six times the rest's: on one range per tensor the others get a sixth
+    # of the levels; per token each row spans its own. Channel 7 is an outlier split off as well, so the per-token
+    # product must still add its float32 part. Wrong code this fails: the tensor's width used for every row (the
+    # per-row bound fails on the quiet rows), a row's width not multiplied back or multiplying the bias too, the
+    # floor's term left out, the outlier product dropped.
+    from scipy.special import erf
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    x[::10] *= 6
+    kernel, bias = rng.normal(size=(16, 32)) / 4, rng.normal(size=32) / 4
+    kernel[:, 7] *= 60
+    second_kernel, second_bias = rng.normal(size=(32, 8)), rng.normal(size=8)
+    hidden = x.astype(np.float64) @ kernel + bias
+    hidden = 0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))
+    residual = rng.normal(size=(300, 8)).astype(np.float32)
+    outliers = np.array([7])
+    kept = np.setdiff1d(np.arange(32), outliers)
+    gelu_range = (hidden[:, kept].min(), hidden[:, kept].max())
+    linear = Int8Dense(kernel[:, kept], bias[kept], (x.min(), x.max()))
+
+    def block(per_token):
+        first = Int8Dense(kernel, bias, (x.min(), x.max()), activation="gelu", output_range=gelu_range,
+                          outlier_columns=outliers, per_token=per_token)
+        second = Int8Dense(second_kernel, second_bias, gelu_range, outlier_rows=outliers)
+
+        @tf.function
+        def run(x, residual):
+            quantized = first(x)
+            assert (quantized.row_width is not None) == per_token
+            return second(quantized, residual=residual), quantized.values, quantized.row_width, linear(x)
+
+        return run(tf.constant(x), tf.constant(residual))
+
+    got, values, width, sums = block(per_token=True)
+    low = Int8Dense(kernel, bias, (0.0, 1.0), output_range=gelu_range).output_range[0]
+    width = width.numpy().astype(np.float64)
+    sums = sums.numpy().astype(np.float64)
+    dequantized = low + values.numpy().astype(np.float64) * width / 255
+    # Each row on its own 256 levels: within float rounding of half of its own step.
+    assert np.all(np.abs(dequantized - 0.5 * sums * (1 + erf(sums / np.sqrt(2)))) <= 0.6 * width / 255)
+    assert np.median(width) < 0.5 * (gelu_range[1] - low)
+    product = dequantized @ second_kernel[kept] + hidden[:, outliers] @ second_kernel[outliers] + second_bias
+    assert _relative_errors(got.numpy(), product + residual, second_bias + residual).max() < 0.03
+    # Against the second matmul of the exact GELU of the same int8 sums: the tensor-wide range's error is the
+    # larger by far (the quiet rows' steps are six times coarser).
+    exact = (0.5 * sums * (1 + erf(sums / np.sqrt(2)))) @ second_kernel[kept] + product - dequantized @ second_kernel[kept]
+    token, tensor = (np.abs(block(p)[0].numpy() - residual - exact).mean() for p in (True, False))
+    assert tensor > 2 * token, (tensor, token)
+
+
+def test_a_per_token_range_is_an_int8_output():
+    with pytest.raises(ValueError, match="per_token writes a QuantizedTensor"):
+        Int8Dense(np.ones((4, 3)), np.zeros(3), (0.0, 1.0), per_token=True)

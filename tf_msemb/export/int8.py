@@ -18,6 +18,7 @@ from absl import flags
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.int8_calibration import ATTENTION_DTYPES
 from tf_msemb.models.int8_calibration import FALLBACK_UNITS
+from tf_msemb.models.int8_calibration import GELU_RANGES
 from tf_msemb.models.int8_calibration import RANGES
 from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.packed import PackedEncoder
@@ -126,6 +127,8 @@ def define_flags():
                          "to the longest input, calibrate too (and half as many runs of joined sentences); 0: none.")
     flags.DEFINE_integer("int8_outlier_channels", Int8Options.outlier_channels, "int8: at most this many channels of "
                          "each GELU output, far wider than the rest, stay float32 out of its int8 range; 0: none.")
+    flags.DEFINE_enum("int8_gelu_range", Int8Options.gelu_range, list(GELU_RANGES), "int8: the GELU output's range: "
+                      "one calibrated range per tensor, or one per token (its own greatest value, found as it runs).")
     flags.DEFINE_enum("int8_attention", "bfloat16", list(ATTENTION_DTYPES), "int8: dtype of attention between the "
                       "int8 matmuls (float32: long inputs stay closer to float32, a little slower).")
 
@@ -142,5 +145,5 @@ def options_from_flags(values):
                        fallback_cosine=values.int8_fallback_cosine,
                        max_fallback_layers=values.int8_max_fallback_layers, attention=values.int8_attention,
                        stress_inputs=values.int8_stress_inputs, fallback_unit=values.int8_fallback_unit,
-                       outlier_channels=values.int8_outlier_channels)
+                       outlier_channels=values.int8_outlier_channels, gelu_range=values.int8_gelu_range)
 

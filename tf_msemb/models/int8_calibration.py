@@ -55,6 +55,7 @@ from tf_msemb.models.quantization import quantize_layer
 
 RANGES = ("minmax", "percentile", "mse")
 ATTENTION_DTYPES = ("bfloat16", "float32")
+GELU_RANGES = ("tensor", "token")
 SMOOTHING_CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9)
 FALLBACK_UNITS = ("layer", "block", "matmul")
 # A layer's matmuls in the two groups that quantize together: the attention output's smoothing is folded into qkv's
@@ -101,6 +102,10 @@ class Int8Options:
             float32 and kept out of its int8 range: the widest, cut where one
             channel's range is most times the next one's, at least
             `quantization.OUTLIER_GAP` times (`quantization.outlier_channels`); 0: none.
+        gelu_range: the GELU output's int8 range: one calibrated range per
+            `"tensor"`, or one per `"token"` (from the calibrated floor to
+            the token's greatest value, found as it runs: `quantization`'s
+            docstring says what it costs and gains).
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING
@@ -112,8 +117,11 @@ class Int8Options:
     stress_inputs: int = 16
     fallback_unit: str = "layer"
     outlier_channels: int = DEFAULT_OUTLIER_CHANNELS
+    gelu_range: str = "tensor"
 
     def __post_init__(self):
+        if self.gelu_range not in GELU_RANGES:
+            raise ValueError(f"int8 gelu_range {self.gelu_range!r} is not one of {', '.join(GELU_RANGES)}")
         if self.outlier_channels < 0:
             raise ValueError(f"int8 outlier_channels {self.outlier_channels} is negative")
         if self.ranges not in RANGES:
@@ -256,7 +264,8 @@ def _calibrate(reference, target, batches, held_out, pool, options):
         best = None
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
-                observers, alpha, target.attention_dtype, options.input_range, outliers))))
+                observers, alpha, target.attention_dtype, options.input_range, outliers,
+                per_token=options.gelu_range == "token"))))
             cosines = _layer_cosines(target, candidate, check_states[-1], check.ids, want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)

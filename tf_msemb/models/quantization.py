@@ -39,6 +39,15 @@ int8 matmuls (Dettmers et al. 2022, Sec. 3.2): the first matmul computes
 their columns apart and the second multiplies them by their kernel rows and
 adds the product to its residual (`outlier_channels`), so the other
 channels share a range as narrow as theirs.
+
+What is left of a layer's error is mostly that GELU output's one range: a
+token's greatest value is typically a third of the tensor's (2 against 5.5
+in multilingual-e5-small), so most tokens get a third of the 255 levels.
+`per_token` quantizes it on a range per token instead, from the calibrated
+floor to the token's own greatest value, as dynamic per-token activation
+quantization does (ZeroQuant, Yao et al. 2022, Sec. 4.1): the first matmul
+writes it in float32, and the second scales each row of its integer product
+back (the per-token tensor's `row_width`).
 """
 
 from typing import NamedTuple
@@ -86,12 +95,14 @@ def outlier_channels(low, high, limit, gap=OUTLIER_GAP):
 
 class QuantizedTensor(NamedTuple):
     """uint8 `values` of a float tensor `x ~ low + values * (high - low) / 255` (TensorFlow's MIN_FIRST), and the
-    float32 `outliers` `[rows, k]` of the channels kept out of that range (`outlier_channels`), or None."""
+    float32 `outliers` `[rows, k]` of the channels kept out of that range (`outlier_channels`), or None. On a range
+    per row (`Int8Dense`'s `per_token`): `x ~ low + values * row_width / 255`, `row_width` float32 `[rows, 1]`."""
 
     values: tf.Tensor
     low: float
     high: float
     outliers: tf.Tensor | None = None
+    row_width: tf.Tensor | None = None
 
 
 class Int8Dense(tf.Module):
@@ -107,6 +118,10 @@ class Int8Dense(tf.Module):
         activation: a `POST_OPS` name applied to the sum, or None.
         output_range: `(low, high)`: the output is a `QuantizedTensor` on this
             range (the next `Int8Dense`'s input), not float.
+        per_token: with an `output_range`: each output row is quantized on
+            its own range, from `low` to the row's greatest value (a range
+            that holds the row's least value too, as GELU's floor does);
+            `high` is then only the next matmul's calibrated range.
         output_dtype: the float output's dtype (float32 or bfloat16).
         outlier_columns: output columns (indices) computed in float32 from the
             float input and returned as the output's `outliers` (with an
@@ -118,8 +133,11 @@ class Int8Dense(tf.Module):
     """
 
     def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
-                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, name=None):
+                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False, name=None):
         super().__init__(name=name)
+        if per_token and output_range is None:
+            raise ValueError("an Int8Dense with per_token writes a QuantizedTensor: give it an output_range")
+        self.per_token = per_token
         kernel, bias = np.asarray(kernel, np.float64), np.asarray(bias, np.float64)
         self.outlier_columns = self.outlier_rows = None
         if outlier_columns is not None and len(outlier_columns):
@@ -176,6 +194,8 @@ class Int8Dense(tf.Module):
         if x.outliers is not None:
             product = tf.matmul(x.outliers, self.outlier_rows)
             residual = product if residual is None else tf.cast(residual, tf.float32) + product
+        if x.row_width is not None:
+            return self._per_token_input(x, residual)
         low, high = self.input_range
         fused = ["BiasAdd"] + ([self.post_op] if self.post_op else []) + (["Add"] if residual is not None else [])
         inputs = [x.values, tf.bitcast(self.kernel, tf.qint8), self.bias]
@@ -185,8 +205,24 @@ class Int8Dense(tf.Module):
             return quantized_matmul(inputs, fused + ["Dequantize"], self.output_dtype)[0]
         if residual is not None:
             raise ValueError("an Int8Dense with an output_range adds no residual")
+        if self.per_token:
+            return self._per_token_output(quantized_matmul(inputs, fused + ["Dequantize"], tf.float32)[0], outliers)
         values = quantized_matmul(inputs + list(self.output_range), fused + ["Requantize"], tf.quint8)[0]
         return QuantizedTensor(values, *self.output_range, outliers)
+
+    def _per_token_output(self, y, outliers):
+        """Float32 output rows `y`, each quantized on `[low, its greatest value]`: `(y - low) / width` on [0, 1]."""
+        low = self.output_range[0]
+        width = tf.maximum(tf.reduce_max(y, axis=1, keepdims=True) - low, _TINY)
+        return QuantizedTensor(quantize((y - low) / width, 0.0, 1.0), low, self.output_range[1], outliers, width)
+
+    def _per_token_input(self, x, residual):
+        """The product of a per-token input: the integer sum on the rows' shared [0, 1] scale, times each row's
+        width; the `low` term and the bias (`self.bias`) after it."""
+        inputs = [x.values, tf.bitcast(self.kernel, tf.qint8), tf.zeros_like(self.bias), 0.0, 1.0,
+                  -self.column_scale, self.column_scale]
+        y = quantized_matmul(inputs, ["BiasAdd", "Dequantize"], tf.float32)[0] * x.row_width + self.bias
+        return y if residual is None else y + tf.cast(residual, tf.float32)
 
 
 class RangeObserver(tf.Module):
@@ -243,17 +279,19 @@ def _smoothed(observer, alpha, input_range, kernel=None):
 
 
 def quantize_intermediate(observer, alpha, input_range=minmax_range, output_range=None, outlier_columns=None,
-                          output_dtype=tf.float32):
+                          output_dtype=tf.float32, per_token=False):
     """The first feed-forward matmul of an observed layer as an `Int8Dense`: input smoothed at `alpha`, its range
-    by `input_range`; the GELU output int8 on `output_range` (with float32 `outlier_columns`, `quantize_layer`) or,
-    with no `output_range`, float `output_dtype` (the input of a bfloat16 second matmul, `int8_calibration`'s
-    `"matmul"` fallback)."""
+    by `input_range`; the GELU output int8 on `output_range` (with float32 `outlier_columns`, and a range per token
+    where `per_token`: `quantize_layer`) or, with no `output_range`, float `output_dtype` (the input of a bfloat16
+    second matmul, `int8_calibration`'s `"matmul"` fallback)."""
     kernel, inverse, low_high = _smoothed(observer, alpha, input_range)
     return Int8Dense(kernel, observer.weights()[1], low_high, inverse, activation=observer.dense.activation,
-                     output_range=output_range, output_dtype=output_dtype, outlier_columns=outlier_columns)
+                     output_range=output_range, output_dtype=output_dtype, outlier_columns=outlier_columns,
+                     per_token=per_token)
 
 
-def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=()):
+def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=(),
+                   per_token=False):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
     `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
 
@@ -261,6 +299,7 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     input times `scale` (`minmax_range`, or a narrower one; a scale of 0
     leaves a channel out). `outliers`: the GELU output's channels that stay
     float32 (`outlier_channels` of the output matmul's observer).
+    `per_token`: the GELU output on a range per token (from its calibrated floor).
     """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
@@ -275,5 +314,6 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     gelu_range = input_range(output, in_range)
     return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype),
             Int8Dense(kernel, attention_output.weights()[1], attended_range),
-            quantize_intermediate(intermediate, alpha, input_range, output_range=gelu_range, outlier_columns=outliers),
+            quantize_intermediate(intermediate, alpha, input_range, output_range=gelu_range, outlier_columns=outliers,
+                                  per_token=per_token),
             Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers))
