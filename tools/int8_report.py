@@ -2,7 +2,7 @@
 
     python tools/int8_report.py --model=runs/e5-small --calibration_file=calibration.txt \
         [--calibration_sentences=2000] [--int8_smoothing=per_layer] [--int8_ranges=mse] \
-        [--int8_fallback_cosine=0.995] [--output=report.json]
+        [--int8_fallback_cosine=0.995] [--int8_gelu_range=token] [--output=report.json]
 
 Calibrates the int8 encoder exactly as `tools/export_pretrained.py
 --precision=int8` would with the same flags (`tf_msemb.export.int8`), without
