@@ -219,22 +219,31 @@ def test_outlier_channels_are_the_widest_past_a_gap():
     assert outlier_channels([0.0, 0.0], [100.0, 1.0], limit=0).tolist() == []
 
 
+def _feed_forward(seed, loud_every=None):
+    """A feed-forward block's case: inputs `[300, 16]` (every `loud_every`-th row six times larger), a first kernel
+    whose GELU output channel 7 is 60 times wider than the rest, the second matmul's weights, the float GELU output
+    and a residual."""
+    from scipy.special import erf
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(300, 16)).astype(np.float32)
+    if loud_every:
+        x[::loud_every] *= 6
+    kernel, bias = rng.normal(size=(16, 32)) / 4, rng.normal(size=32) / 4
+    kernel[:, 7] *= 60
+    second_kernel, second_bias = rng.normal(size=(32, 8)), rng.normal(size=8)
+    hidden = x.astype(np.float64) @ kernel + bias
+    hidden = 0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))
+    return x, kernel, bias, second_kernel, second_bias, hidden, rng.normal(size=(300, 8)).astype(np.float32)
+
+
 @needs_int8
 def test_outlier_channels_run_in_float32_beside_the_int8_feed_forward():
     # Channel 7 of the GELU output is 60 times wider than the rest. On one shared range the others get about four
     # levels; split off, they share a range of their own and channel 7 is multiplied in float32. Wrong code this
     # fails: the outlier's product dropped or added twice, multiplied by another channel's row, or the shared range
     # still stretched by it (then the error is the unsplit one's).
-    from scipy.special import erf
-
-    rng = np.random.default_rng(5)
-    x = rng.normal(size=(300, 16)).astype(np.float32)
-    kernel, bias = rng.normal(size=(16, 32)) / 4, rng.normal(size=32) / 4
-    kernel[:, 7] *= 60
-    second_kernel, second_bias = rng.normal(size=(32, 8)), rng.normal(size=8)
-    hidden = x.astype(np.float64) @ kernel + bias
-    hidden = 0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))
-    residual = rng.normal(size=(300, 8)).astype(np.float32)
+    x, kernel, bias, second_kernel, second_bias, hidden, residual = _feed_forward(seed=5)
     want = hidden @ second_kernel + second_bias + residual
     outliers = outlier_channels(hidden.min(axis=0), hidden.max(axis=0), limit=4)
     assert outliers.tolist() == [7]
@@ -272,15 +281,7 @@ def test_a_gelu_output_on_a_range_per_token_keeps_the_quiet_tokens_levels():
     # floor's term left out, the outlier product dropped.
     from scipy.special import erf
 
-    rng = np.random.default_rng(6)
-    x = rng.normal(size=(300, 16)).astype(np.float32)
-    x[::10] *= 6
-    kernel, bias = rng.normal(size=(16, 32)) / 4, rng.normal(size=32) / 4
-    kernel[:, 7] *= 60
-    second_kernel, second_bias = rng.normal(size=(32, 8)), rng.normal(size=8)
-    hidden = x.astype(np.float64) @ kernel + bias
-    hidden = 0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))
-    residual = rng.normal(size=(300, 8)).astype(np.float32)
+    x, kernel, bias, second_kernel, second_bias, hidden, residual = _feed_forward(seed=6, loud_every=10)
     outliers = np.array([7])
     kept = np.setdiff1d(np.arange(32), outliers)
     gelu_range = (hidden[:, kept].min(), hidden[:, kept].max())
