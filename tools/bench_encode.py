@@ -29,8 +29,15 @@ with `optimum[onnxruntime]` and `optimum-intel[openvino]` (README). Without
 a peer interpreter the table has our rows only.
 
 Every row's vectors are compared with the reference row (the peer's `torch`
-float32 row when it runs the same model as the first `--model`, else the
-first model): minimum and mean cosine, `-` for a row of another width.
+float32 row when it runs the same model as the first `--model`: the same
+width and a mean cosine above 0.9; else the first model): minimum and mean
+cosine, `-` for a row of another width.
+
+`--repeats`: each throughput row is measured in that many fresh processes,
+taken in turn over the contenders (so a slow spell of the machine hits every
+row alike); the row gives the median and the range of sentences/s. On 2
+cores, at TensorFlow's default threads, one process can run 10-15 % faster
+or slower than the next.
 
 `--intra_op_threads` may repeat: each model then gets a row per setting
 (`intra 1`, `intra TF` for TensorFlow's default). A packed export's
@@ -68,6 +75,7 @@ flags.DEFINE_integer("limit", 5000, "Sentences taken from each input at most.")
 flags.DEFINE_integer("max_words", 0, "Cut every sentence to this many words (0: keep whole).")
 flags.DEFINE_integer("batch_size", 64, "Sentences per batch (throughput).")
 flags.DEFINE_integer("passes", 2, "Timed passes over the sentences (throughput).")
+flags.DEFINE_integer("repeats", 1, "Fresh processes per throughput row, in turn over the rows; the median is shown.")
 flags.DEFINE_list("measure", ["throughput", "latency"], f"Which of {', '.join(MEASURES)} to run.")
 flags.DEFINE_integer("latency_requests", 200, "Timed requests of each size (latency).")
 flags.DEFINE_integer("traffic_requests", 1000, "Requests of 1-64 sentences (traffic).")
@@ -195,15 +203,20 @@ def _print_tables(contenders, sentences):
     max_words = FLAGS.max_words or "-"
     if "throughput" in FLAGS.measure:
         peer = next((c for c in contenders if c.name == "st:torch"), None)
-        same_model = peer is not None and _cosines(contenders[0].vectors, peer.vectors)[0] is not None
+        same_model = peer is not None and (_cosines(contenders[0].vectors, peer.vectors)[1] or 0.0) > 0.9
         reference = peer if same_model else contenders[0]
+        spread = f" {'range':>13}" if FLAGS.repeats > 1 else ""
         print(f"{'encoder':<36} {'batch':>6} {'max words':>10} {'sentences':>10} {'words/sent':>11} "
-              f"{'sentences/s':>12} {'peak RSS MiB':>13} {'min cos':>8} {'mean cos':>9}")
+              f"{'sentences/s':>12}{spread} {'peak RSS MiB':>13} {'min cos':>8} {'mean cos':>9}")
         for c in contenders:
             r = c.results["throughput"]
             low, mean = _cosines(c.vectors, reference.vectors)
+            runs = f" {min(r['runs']):>6.1f}-{max(r['runs']):<6.1f}" if FLAGS.repeats > 1 else ""
             print(f"{c.name:<36} {FLAGS.batch_size:>6} {max_words:>10} {r['sentences']:>10} {mean_words:>11.1f} "
-                  f"{r['sentences_per_second']:>12.1f} {r['peak_rss_mib']:>13.0f} {_cell(low, 8)} {_cell(mean, 9)}")
+                  f"{r['sentences_per_second']:>12.1f}{runs} {r['peak_rss_mib']:>13.0f} {_cell(low, 8)} "
+                  f"{_cell(mean, 9)}")
+        if FLAGS.repeats > 1:
+            print(f"(sentences/s: the median of {FLAGS.repeats} processes per row, taken in turn; range: all of them)")
         print(f"(cosines to {reference.name}'s vectors; '-' for a model of another width)")
         ours = [c for c in contenders if c.name.startswith("tf_msemb")]
         theirs = [c for c in contenders if not c.name.startswith("tf_msemb")]
@@ -238,12 +251,29 @@ def _benchmark(work):
     if unknown:
         raise SystemExit(f"error: --measure={','.join(sorted(unknown))} is not one of {', '.join(MEASURES)}")
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
+    if FLAGS.repeats < 1:
+        raise SystemExit(f"error: --repeats={FLAGS.repeats} must be at least 1")
     contenders = _ours() + _peers(work, sentences)
     for i, contender in enumerate(contenders):
         contender.vectors = os.path.join(work, f"vectors_{i}.npy")
         for mode in FLAGS.measure:
             contender.results[mode] = contender.measure(mode, contender.vectors)
+    if "throughput" in FLAGS.measure:
+        runs = {id(c): [c.results["throughput"]] for c in contenders}
+        for _ in range(FLAGS.repeats - 1):
+            for contender in contenders:
+                runs[id(contender)].append(contender.measure("throughput", contender.vectors))
+        for contender in contenders:
+            contender.results["throughput"] = _median_run(runs[id(contender)])
     _print_tables(contenders, sentences)
+
+
+def _median_run(results):
+    """The throughput result of median sentences/s (the lower middle one of an even count), with `runs`: every
+    run's sentences/s."""
+    speeds = [r["sentences_per_second"] for r in results]
+    middle = sorted(range(len(results)), key=lambda i: speeds[i])[(len(results) - 1) // 2]
+    return results[middle] | {"runs": speeds}
 
 
 def main(argv):

@@ -14,6 +14,7 @@ from tf_msemb.export.int8 import PROBES
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.saved_model import inference_module
 from tf_msemb.models.quantization import Int8Dense
+from tf_msemb.models.quantization import PER_TOKEN_RANGE
 from tf_msemb.models.quantization import QuantizedTensor
 from tf_msemb.models.quantization import RangeObserver
 from tf_msemb.models.quantization import outlier_channels
@@ -277,8 +278,8 @@ def test_a_gelu_output_on_a_range_per_token_keeps_the_quiet_tokens_levels():
     # A tenth of the tokens reach GELU values six times the rest's: on one range per tensor the others get a sixth
     # of the levels; per token each row spans its own. Channel 7 is an outlier split off as well, so the per-token
     # product must still add its float32 part. Wrong code this fails: the tensor's width used for every row (the
-    # per-row bound fails on the quiet rows), a row's width not multiplied back or multiplying the bias too, the
-    # floor's term left out, the outlier product dropped.
+    # per-row bound fails on the quiet rows), a row's scale not multiplied back or multiplying the bias too, the
+    # fixed range's low term left out, the outlier product dropped.
     from scipy.special import erf
 
     x, kernel, bias, second_kernel, second_bias, hidden, residual = _feed_forward(seed=6, loud_every=10)
@@ -290,21 +291,22 @@ def test_a_gelu_output_on_a_range_per_token_keeps_the_quiet_tokens_levels():
     def block(per_token):
         first = Int8Dense(kernel, bias, (x.min(), x.max()), activation="gelu", output_range=gelu_range,
                           outlier_columns=outliers, per_token=per_token)
-        second = Int8Dense(second_kernel, second_bias, gelu_range, outlier_rows=outliers)
+        second = Int8Dense(second_kernel, second_bias, gelu_range, outlier_rows=outliers, per_token_input=per_token)
 
         @tf.function
         def run(x, residual):
             quantized = first(x)
-            assert (quantized.row_width is not None) == per_token
-            return second(quantized, residual=residual), quantized.values, quantized.row_width, linear(x)
+            assert (quantized.row_scale is not None) == per_token
+            return second(quantized, residual=residual), quantized.values, quantized.row_scale, linear(x)
 
         return run(tf.constant(x), tf.constant(residual))
 
-    got, values, width, sums = block(per_token=True)
+    got, values, scale, sums = block(per_token=True)
     low = Int8Dense(kernel, bias, (0.0, 1.0), output_range=gelu_range).output_range[0]
-    width = width.numpy().astype(np.float64)
+    r0, r1 = PER_TOKEN_RANGE
+    width = scale.numpy().astype(np.float64) * (r1 - r0)
     sums = sums.numpy().astype(np.float64)
-    dequantized = low + values.numpy().astype(np.float64) * width / 255
+    dequantized = scale.numpy() * r0 + values.numpy().astype(np.float64) * width / 255
     # Each row on its own 256 levels: within float rounding of half of its own step.
     assert np.all(np.abs(dequantized - 0.5 * sums * (1 + erf(sums / np.sqrt(2)))) <= 0.6 * width / 255)
     assert np.median(width) < 0.5 * (gelu_range[1] - low)
@@ -320,3 +322,14 @@ def test_a_gelu_output_on_a_range_per_token_keeps_the_quiet_tokens_levels():
 def test_a_per_token_range_is_an_int8_output():
     with pytest.raises(ValueError, match="per_token writes a QuantizedTensor"):
         Int8Dense(np.ones((4, 3)), np.zeros(3), (0.0, 1.0), per_token=True)
+
+
+def test_a_per_token_tensor_goes_only_where_it_is_read_per_token():
+    # Read as a per-tensor input, its values would be taken on [low, high], not scaled back by row.
+    values = tf.zeros([2, 4], tf.quint8)
+    per_tensor = Int8Dense(np.ones((4, 3)), np.zeros(3), (0.0, 1.0))
+    with pytest.raises(ValueError, match="per-token QuantizedTensor goes to an Int8Dense with per_token_input"):
+        per_tensor(QuantizedTensor(values, 0.0, 1.0, row_scale=tf.ones([2, 1])))
+    per_token = Int8Dense(np.ones((4, 3)), np.zeros(3), (0.0, 1.0), per_token_input=True)
+    with pytest.raises(ValueError, match="per-token QuantizedTensor goes to an Int8Dense with per_token_input"):
+        per_token(QuantizedTensor(values, 0.0, 1.0))

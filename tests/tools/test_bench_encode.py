@@ -1,9 +1,12 @@
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from conftest import REPO
+from conftest import cli_env
 from conftest import run
 
 pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 40 s
@@ -100,3 +103,19 @@ def test_onnx_and_openvino_int8_backends_close_to_their_float32(tmp_path):
     assert len(prepared) == 3
     run(args, tmp_path)
     assert {path: os.path.getmtime(path) for path in (tmp_path / "peers").glob("*/prepared.json")} == prepared
+
+
+def test_repeats_give_the_median_process_and_the_range(quickstart_run, tmp_path):
+    work, _ = quickstart_run
+    out = run([f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model", "--limit=100",
+               "--batch_size=16", "--passes=1", "--measure=throughput", "--nopeer", "--repeats=3"], tmp_path)
+    row = re.search(rf"^tf_msemb\s+16\s+-\s+200\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}-{NUMBER}\s+(\d+)\s", out, flags=re.M)
+    assert row, out
+    median, low, high = (float(row.group(i)) for i in (2, 3, 4))
+    assert low <= median <= high and low < high  # three processes never time alike to 0.1 sentence/s
+    assert "the median of 3 processes per row" in out
+    failed = subprocess.run([sys.executable, f"{REPO}/tools/bench_encode.py", f"--model={work}/runs/quickstart/model",
+                             "--measure=throughput", "--nopeer", "--repeats=0"], capture_output=True, text=True,
+                            cwd=tmp_path, env=cli_env())
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines() == ["error: --repeats=0 must be at least 1"]

@@ -103,9 +103,9 @@ class Int8Options:
             channel's range is most times the next one's, at least
             `quantization.OUTLIER_GAP` times (`quantization.outlier_channels`); 0: none.
         gelu_range: the GELU output's int8 range: one calibrated range per
-            `"tensor"`, or one per `"token"` (from the calibrated floor to
-            the token's greatest value, found as it runs: `quantization`'s
-            docstring says what it costs and gains).
+            `"tensor"`, or one per `"token"` (scaled by the token's greatest
+            value, found as it runs: `quantization`'s docstring says what it
+            costs and gains).
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING

@@ -43,11 +43,12 @@ channels share a range as narrow as theirs.
 What is left of a layer's error is mostly that GELU output's one range: a
 token's greatest value is typically a third of the tensor's (2 against 5.5
 in multilingual-e5-small), so most tokens get a third of the 255 levels.
-`per_token` quantizes it on a range per token instead, from the calibrated
-floor to the token's own greatest value, as dynamic per-token activation
-quantization does (ZeroQuant, Yao et al. 2022, Sec. 4.1): the first matmul
-writes it in float32, and the second scales each row of its integer product
-back (the per-token tensor's `row_width`).
+`per_token` quantizes it on a scale per token instead, the token's own
+greatest value, as dynamic per-token activation quantization does
+(ZeroQuant, Yao et al. 2022, Sec. 4.1): the first matmul writes it in
+float32, each row is divided by its scale and quantized on one fixed range,
+`PER_TOKEN_RANGE`, and the second matmul multiplies each row of its
+integer product back (the per-token tensor's `row_scale`).
 """
 
 from typing import NamedTuple
@@ -63,6 +64,10 @@ DEFAULT_SMOOTHING = 0.8
 DEFAULT_OUTLIER_CHANNELS = 4
 OUTLIER_GAP = 2.0  # an outlier channel's range is at least this many times the widest one left in int8
 _TINY = 1e-8  # floor for scales of channels or columns that are all zero
+# The fixed range a per-token row `y / row_scale` is quantized on: the scale is the row's greatest value, at
+# least 4 times the calibrated floor's magnitude (GELU's -0.17), so every row fits with no shift of its own. A
+# typical row (greatest value 2) uses 87 % of the levels.
+PER_TOKEN_RANGE = (-0.25, 1.0)
 # The oneDNN post-op of each packed activation name (`packed_backbone.ACTIVATIONS`, which the float32 outlier
 # columns apply).
 POST_OPS = {"gelu": "GeluExact", "keras_hub>gelu_approximate": "GeluApproximate", "relu": "Relu"}
@@ -96,13 +101,14 @@ def outlier_channels(low, high, limit, gap=OUTLIER_GAP):
 class QuantizedTensor(NamedTuple):
     """uint8 `values` of a float tensor `x ~ low + values * (high - low) / 255` (TensorFlow's MIN_FIRST), and the
     float32 `outliers` `[rows, k]` of the channels kept out of that range (`outlier_channels`), or None. On a range
-    per row (`Int8Dense`'s `per_token`): `x ~ low + values * row_width / 255`, `row_width` float32 `[rows, 1]`."""
+    per row (`Int8Dense`'s `per_token`): `x ~ row_scale * (r0 + values * (r1 - r0) / 255)` with `(r0, r1)`
+    `PER_TOKEN_RANGE` and `row_scale` float32 `[rows, 1]`; `low` and `high` then only name the calibrated range."""
 
     values: tf.Tensor
     low: float
     high: float
     outliers: tf.Tensor | None = None
-    row_width: tf.Tensor | None = None
+    row_scale: tf.Tensor | None = None
 
 
 class Int8Dense(tf.Module):
@@ -118,10 +124,11 @@ class Int8Dense(tf.Module):
         activation: a `POST_OPS` name applied to the sum, or None.
         output_range: `(low, high)`: the output is a `QuantizedTensor` on this
             range (the next `Int8Dense`'s input), not float.
-        per_token: with an `output_range`: each output row is quantized on
-            its own range, from `low` to the row's greatest value (a range
-            that holds the row's least value too, as GELU's floor does);
-            `high` is then only the next matmul's calibrated range.
+        per_token: with an `output_range`: each output row is divided by
+            its own scale (its greatest value, at least `low / r0`) and
+            quantized on `PER_TOKEN_RANGE` `(r0, r1)`; `output_range` then
+            only names the next matmul's calibrated range.
+        per_token_input: the input is such a per-token `QuantizedTensor`.
         output_dtype: the float output's dtype (float32 or bfloat16).
         outlier_columns: output columns (indices) computed in float32 from the
             float input and returned as the output's `outliers` (with an
@@ -133,11 +140,12 @@ class Int8Dense(tf.Module):
     """
 
     def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
-                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False, name=None):
+                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False, per_token_input=False,
+                 name=None):
         super().__init__(name=name)
         if per_token and output_range is None:
             raise ValueError("an Int8Dense with per_token writes a QuantizedTensor: give it an output_range")
-        self.per_token = per_token
+        self.per_token, self.per_token_input = per_token, per_token_input
         kernel, bias = np.asarray(kernel, np.float64), np.asarray(bias, np.float64)
         self.outlier_columns = self.outlier_rows = None
         if outlier_columns is not None and len(outlier_columns):
@@ -160,7 +168,13 @@ class Int8Dense(tf.Module):
         # The op reads the input as `x - low` (on [0, high - low]): `low` times each column's (dequantized) sum
         # joins the bias.
         column_sums = quantized.astype(np.float64).sum(axis=0) * column_scale / 127
-        self.bias = tf.Variable((bias + self.input_range[0] * column_sums).astype(np.float32), trainable=False)
+        # A per-token input is read as `x / row_scale - r0`: `r0` times the column sums is fused, and the bias is
+        # added after the row scales.
+        shift = PER_TOKEN_RANGE[0] if per_token_input else self.input_range[0]
+        self.shifted_bias = tf.Variable((shift * column_sums).astype(np.float32), trainable=False) \
+            if per_token_input else None
+        self.bias = tf.Variable((bias + (0.0 if per_token_input else shift) * column_sums).astype(np.float32),
+                                trainable=False)
         self.activation = activation
         self.post_op = POST_OPS[activation] if activation else None
         self.output_range = None if output_range is None else quantization_range(*output_range)
@@ -194,7 +208,9 @@ class Int8Dense(tf.Module):
         if x.outliers is not None:
             product = tf.matmul(x.outliers, self.outlier_rows)
             residual = product if residual is None else tf.cast(residual, tf.float32) + product
-        if x.row_width is not None:
+        if (x.row_scale is not None) != self.per_token_input:
+            raise ValueError("a per-token QuantizedTensor goes to an Int8Dense with per_token_input, and only there")
+        if self.per_token_input:
             return self._per_token_input(x, residual)
         low, high = self.input_range
         fused = ["BiasAdd"] + ([self.post_op] if self.post_op else []) + (["Add"] if residual is not None else [])
@@ -211,17 +227,20 @@ class Int8Dense(tf.Module):
         return QuantizedTensor(values, *self.output_range, outliers)
 
     def _per_token_output(self, y, outliers):
-        """Float32 output rows `y`, each quantized on `[low, its greatest value]`: `(y - low) / width` on [0, 1]."""
-        low = self.output_range[0]
-        width = tf.maximum(tf.reduce_max(y, axis=1, keepdims=True) - low, _TINY)
-        return QuantizedTensor(quantize((y - low) / width, 0.0, 1.0), low, self.output_range[1], outliers, width)
+        """Float32 output rows `y`, each times the inverse of its scale (`per_token`) and quantized on
+        `PER_TOKEN_RANGE`: one pass over the rows and the quantization, no shift per row."""
+        low, high = self.output_range
+        floor = max(low / PER_TOKEN_RANGE[0], _TINY)
+        scale = tf.maximum(tf.reduce_max(y, axis=1, keepdims=True), floor)
+        return QuantizedTensor(quantize(y * tf.math.reciprocal(scale), *PER_TOKEN_RANGE), low, high, outliers, scale)
 
     def _per_token_input(self, x, residual):
-        """The product of a per-token input: the integer sum on the rows' shared [0, 1] scale, times each row's
-        width; the `low` term and the bias (`self.bias`) after it."""
-        inputs = [x.values, tf.bitcast(self.kernel, tf.qint8), tf.zeros_like(self.bias), 0.0, 1.0,
+        """The product of a per-token input: the integer sum on the rows' shared `PER_TOKEN_RANGE` (its `r0` term
+        fused), times each row's scale, plus the bias."""
+        r0, r1 = PER_TOKEN_RANGE
+        inputs = [x.values, tf.bitcast(self.kernel, tf.qint8), self.shifted_bias, 0.0, r1 - r0,
                   -self.column_scale, self.column_scale]
-        y = quantized_matmul(inputs, ["BiasAdd", "Dequantize"], tf.float32)[0] * x.row_width + self.bias
+        y = quantized_matmul(inputs, ["BiasAdd", "Dequantize"], tf.float32)[0] * x.row_scale + self.bias
         return y if residual is None else y + tf.cast(residual, tf.float32)
 
 
@@ -299,7 +318,7 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     input times `scale` (`minmax_range`, or a narrower one; a scale of 0
     leaves a channel out). `outliers`: the GELU output's channels that stay
     float32 (`outlier_channels` of the output matmul's observer).
-    `per_token`: the GELU output on a range per token (from its calibrated floor).
+    `per_token`: the GELU output on a scale per token (`Int8Dense`'s `per_token`), read so by the second matmul.
     """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
@@ -316,4 +335,4 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
             Int8Dense(kernel, attention_output.weights()[1], attended_range),
             quantize_intermediate(intermediate, alpha, input_range, output_range=gelu_range, outlier_columns=outliers,
                                   per_token=per_token),
-            Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers))
+            Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers, per_token_input=per_token))
