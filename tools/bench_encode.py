@@ -250,30 +250,29 @@ def _benchmark(work):
     unknown = set(FLAGS.measure) - set(MEASURES)
     if unknown:
         raise SystemExit(f"error: --measure={','.join(sorted(unknown))} is not one of {', '.join(MEASURES)}")
-    sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
     if FLAGS.repeats < 1:
         raise SystemExit(f"error: --repeats={FLAGS.repeats} must be at least 1")
+    sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
     contenders = _ours() + _peers(work, sentences)
     for i, contender in enumerate(contenders):
         contender.vectors = os.path.join(work, f"vectors_{i}.npy")
         for mode in FLAGS.measure:
             contender.results[mode] = contender.measure(mode, contender.vectors)
     if "throughput" in FLAGS.measure:
-        runs = {id(c): [c.results["throughput"]] for c in contenders}
+        runs = [[c.results["throughput"]] for c in contenders]
         for _ in range(FLAGS.repeats - 1):
-            for contender in contenders:
-                runs[id(contender)].append(contender.measure("throughput", contender.vectors))
-        for contender in contenders:
-            contender.results["throughput"] = _median_run(runs[id(contender)])
+            for contender, results in zip(contenders, runs):
+                results.append(contender.measure("throughput", contender.vectors))
+        for contender, results in zip(contenders, runs):
+            contender.results["throughput"] = _median_run(results)
     _print_tables(contenders, sentences)
 
 
 def _median_run(results):
     """The throughput result of median sentences/s (the lower middle one of an even count), with `runs`: every
     run's sentences/s."""
-    speeds = [r["sentences_per_second"] for r in results]
-    middle = sorted(range(len(results)), key=lambda i: speeds[i])[(len(results) - 1) // 2]
-    return results[middle] | {"runs": speeds}
+    middle = sorted(results, key=lambda r: r["sentences_per_second"])[(len(results) - 1) // 2]
+    return middle | {"runs": [r["sentences_per_second"] for r in results]}
 
 
 def main(argv):

@@ -140,8 +140,8 @@ class Int8Dense(tf.Module):
     """
 
     def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
-                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False, per_token_input=False,
-                 name=None):
+                 output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False,
+                 per_token_input=False, name=None):
         super().__init__(name=name)
         if per_token and output_range is None:
             raise ValueError("an Int8Dense with per_token writes a QuantizedTensor: give it an output_range")
@@ -166,15 +166,15 @@ class Int8Dense(tf.Module):
         self.kernel = tf.Variable(quantized, trainable=False)
         self.column_scale = tf.Variable(column_scale.astype(np.float32), trainable=False)
         # The op reads the input as `x - low` (on [0, high - low]): `low` times each column's (dequantized) sum
-        # joins the bias.
+        # joins the bias. A per-token input is read as `x / row_scale - r0`: `r0` times the sums is the op's bias
+        # (`shifted_bias`), and the bias is added after the row scales.
         column_sums = quantized.astype(np.float64).sum(axis=0) * column_scale / 127
-        # A per-token input is read as `x / row_scale - r0`: `r0` times the column sums is fused, and the bias is
-        # added after the row scales.
-        shift = PER_TOKEN_RANGE[0] if per_token_input else self.input_range[0]
-        self.shifted_bias = tf.Variable((shift * column_sums).astype(np.float32), trainable=False) \
-            if per_token_input else None
-        self.bias = tf.Variable((bias + (0.0 if per_token_input else shift) * column_sums).astype(np.float32),
-                                trainable=False)
+        self.shifted_bias = None
+        if per_token_input:
+            self.shifted_bias = tf.Variable((PER_TOKEN_RANGE[0] * column_sums).astype(np.float32), trainable=False)
+        else:
+            bias = bias + self.input_range[0] * column_sums
+        self.bias = tf.Variable(bias.astype(np.float32), trainable=False)
         self.activation = activation
         self.post_op = POST_OPS[activation] if activation else None
         self.output_range = None if output_range is None else quantization_range(*output_range)
