@@ -101,6 +101,23 @@ def test_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quicks
     assert metadata["prompt"] == "" and metadata["prompts"] == {"document": "passage: ", "query": "query: "}
 
 
+def test_distill_e5small_minilm_with_another_model_as_teacher(tmp_path, quickstart_records):
+    """The variant's own preparation (all-MiniLM-L6-v2's vectors, 384 wide) and training of the tiny start (32
+    wide): the student is projected onto the other model's space, and its dev MSE is taken against that model."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    run([f"{REPO}/tools/precompute_teacher.py", "--teacher=all-MiniLM-L6-v2", f"--manifest={quickstart_records}",
+         "--output_dir=teacher"], tmp_path)
+    out = train("distill_e5small_minilm.gin", tmp_path / "distill", f"START = '{start}'",
+                f"make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']")
+    assert "step 3/3 loss" in out and "mse_tgt" in out and "distillation/mse" in out and "dev/xsts mean" in out
+    operative = (tmp_path / "distill" / "operative_config.gin").read_text()
+    assert "DistillationMSE.teacher = 'all-MiniLM-L6-v2'" in operative
+    with open(tmp_path / "distill" / "export" / "final" / "tf_msemb_export.json", encoding="utf-8") as f:
+        assert json.load(f)["embedding_dim"] == 384
+
+
 def test_ema_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
     """Seed 000 stage 2 on the start of configs/start/e5small.gin: the teacher moves (tau logged) and the export
     normalizes text as the paper does."""
