@@ -26,13 +26,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Two workers: most tests spend their time in single-threaded Python and tracing (one worker: about 22 minutes).
+# Then the tests of int8 and bfloat16 graphs again with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA): what an AVX2-only
+# CPU runs, whatever this machine has (each skip names the CPU feature it lacks).
+CAPPED := ONEDNN_MAX_CPU_ISA=AVX2
 test: $(STAMP)
 	$(PY) -m pytest tests -m "not slow" -n 2
+	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and not slow" -n 2
 
 # The default run, then the slow tests in one process of their own: two workers that each hold slow recipes'
 # models and SavedModels outgrow 24 GiB.
 test-all: test
 	$(PY) -m pytest tests -m slow
+	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and slow"
 
 quickstart: $(STAMP)
 	rm -rf $(QS)

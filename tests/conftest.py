@@ -9,6 +9,8 @@ import gin
 import pytest
 import tensorflow as tf
 
+from tf_msemb.models.cpu_features import this_cpu
+from tf_msemb.models.packed import int8_support
 from tf_msemb.quickstart import CORPUS_DIR as CORPUS
 from tf_msemb.quickstart import LANGUAGES as LANGS
 from tf_msemb.runtime import split_cpu
@@ -16,6 +18,30 @@ from tf_msemb.runtime import split_cpu
 split_cpu(2)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tests that run int8 or bfloat16 graphs carry these marks: `make test` runs them a second time with oneDNN capped to
+# AVX2 (`-m "int8 or bfloat16"`), and they skip, naming the missing feature, only where this CPU lacks it.
+INT8_UNSUPPORTED = int8_support().unsupported
+BFLOAT16_UNSUPPORTED = this_cpu().bfloat16_matmul_unsupported()
+# int8 matmuls writing bfloat16 need oneDNN's bfloat16 kernels whether TensorFlow's oneDNN rewrites are on or not.
+INT8_BFLOAT16_UNSUPPORTED = INT8_UNSUPPORTED or (
+    None if this_cpu().bfloat16 else f"{this_cpu().where()} has no bfloat16 kernels (AVX-512)")
+INT8_MARKS = [pytest.mark.int8, pytest.mark.skipif(INT8_UNSUPPORTED is not None, reason=str(INT8_UNSUPPORTED))]
+BFLOAT16_MARKS = [pytest.mark.bfloat16,
+                  pytest.mark.skipif(BFLOAT16_UNSUPPORTED is not None, reason=f"bfloat16: {BFLOAT16_UNSUPPORTED}")]
+
+
+def _marked(marks):
+    def mark(test):
+        for one in marks:
+            test = one(test)
+        return test
+    return mark
+
+
+needs_int8 = _marked(INT8_MARKS)
+needs_bfloat16 = _marked(BFLOAT16_MARKS)
+needs_int8_bfloat16 = _marked([pytest.mark.int8, pytest.mark.skipif(INT8_BFLOAT16_UNSUPPORTED is not None,
+                                                                     reason=str(INT8_BFLOAT16_UNSUPPORTED))])
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 

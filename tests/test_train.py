@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import REPO
+from conftest import needs_bfloat16
 
 PROGRESS = re.compile(r"^step (\d+)/(\d+) loss ([\d.e+-]+) accuracy [\d.e+-]+ lr [\d.e+-]+ pairs/s [\d.]+ ETA \d+:\d\d:\d\d$")
 
@@ -205,6 +206,7 @@ def test_records_without_a_needed_field_are_named(tmp_path, spm_model):
 
 
 @pytest.mark.slow  # XLA compiles a new program for every padded length: about 45 s
+@needs_bfloat16
 def test_bfloat16_with_xla_trains_and_exports_float32(tmp_path, spm_model, quickstart_records):
     model_dir = tmp_path / "run"
     result = run_train(model_dir, spm_model, quickstart_records, "train.precision = 'mixed_bfloat16'",

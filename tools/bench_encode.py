@@ -57,6 +57,10 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 import numpy as np
 from absl import flags
 
+from tf_msemb.evaluation.encoding import resolve_export
+from tf_msemb.export.model_card import METADATA_FILE
+from tf_msemb.models.cpu_features import this_cpu
+
 import traffic
 from traffic import benchmark_sentences
 from child_process import run_json
@@ -143,6 +147,22 @@ class Contender:
 
     def __init__(self, name, measure):
         self.name, self.measure, self.results, self.vectors = name, measure, {}, None
+
+
+def cpu_lines(models):
+    """What the figures depend on: the CPU's oneDNN ISA (and cap), TensorFlow's oneDNN rewrites, and a note for each
+    of `models` that computes in bfloat16 where this CPU emulates it."""
+    kernels = this_cpu()
+    lines = [f"CPU: {kernels.where()[len('this CPU ('):-1]}; TensorFlow's oneDNN rewrites "
+             f"{'on' if kernels.onednn_opts else 'off'}"]
+    for model in models:
+        metadata = os.path.join(resolve_export(model), METADATA_FILE)
+        precision = json.load(open(metadata, encoding="utf-8")).get("compute_precision") if os.path.exists(
+            metadata) else None
+        if precision == "mixed_bfloat16" and kernels.bfloat16_emulated():
+            lines.append(f"note: {model} computes in bfloat16, which this CPU emulates (no AVX512-BF16 or AMX): "
+                         "slower than float32 on such CPUs (docs/cpus.md)")
+    return lines
 
 
 def _ours():
@@ -253,6 +273,7 @@ def _benchmark(work):
     if FLAGS.repeats < 1:
         raise SystemExit(f"error: --repeats={FLAGS.repeats} must be at least 1")
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
+    print("\n".join(cpu_lines(FLAGS.model)))
     contenders = _ours() + _peers(work, sentences)
     for i, contender in enumerate(contenders):
         contender.vectors = os.path.join(work, f"vectors_{i}.npy")

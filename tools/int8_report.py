@@ -12,7 +12,7 @@ alpha chosen, the GELU output channels kept in float32
 int8 output to float32's on the same float32 input (`isolated`: what this layer alone loses)
 and of the int8 layers from the embeddings up to it (`cumulative`: where the
 error grows); then the held-out sentence vectors' cosine to float32 with every
-layer int8 and as exported (bfloat16 fallback applied), and each of `PROBES`
+layer int8 and as exported (fallback applied), and each of `PROBES`
 (inputs unlike any calibration text). `--output` writes the report as JSON,
 the same one an int8 export keeps in its metadata (`int8_calibration`).
 """
@@ -39,7 +39,7 @@ flags.mark_flags_as_required(["model", "calibration_file"])
 FLAGS = flags.FLAGS
 
 
-_UNIT_HEADINGS = {"block": "  block isolated means", "matmul": "  isolated mean gained in bfloat16"}
+_UNIT_HEADINGS = {"block": "  block isolated means", "matmul": "  isolated mean gained in the fallback dtype"}
 
 
 def format_report(report):
@@ -50,7 +50,7 @@ def format_report(report):
         isolated, cumulative = layer["isolated_cosine"], layer["cumulative_cosine"]
         blocks = "".join(f"  {UNIT_LABELS[block]} {entry['isolated_cosine']['mean']:.6f}"
                          for block, entry in layer.get("blocks", {}).items())
-        blocks += "".join(f"  {UNIT_LABELS[name]} {entry['bfloat16_cosine']['mean'] - isolated['mean']:+.6f}"
+        blocks += "".join(f"  {UNIT_LABELS[name]} {entry['fallback_cosine']['mean'] - isolated['mean']:+.6f}"
                           for name, entry in layer.get("matmuls", {}).items())
         channels = ",".join(map(str, layer.get("outlier_channels") or [])) or "-"
         lines.append(f"{layer['layer']:>5} {layer['precision']:>22} {layer['smoothing']:>5} {channels:>16} "
@@ -59,7 +59,7 @@ def format_report(report):
     sentences = report["sentence_cosine"]
     lines.append(f"held-out sentences ({report['held_out_sentences']}), cosine to float32: every layer int8 mean "
                  f"{sentences['all_int8']['mean']:.6f} min {sentences['all_int8']['min']:.4f}; as exported "
-                 f"(bfloat16 {describe_fallback(report)}; float32 GELU channels {describe_outliers(report)}) mean "
+                 f"({report['fallback_dtype']} {describe_fallback(report)}; float32 GELU channels {describe_outliers(report)}) mean "
                  f"{sentences['exported']['mean']:.6f} min {sentences['exported']['min']:.4f}")
     lines += [f"probe {name!r}: cosine {cosine:.4f}" for name, cosine in report["probe_cosine"].items()]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from tf_msemb.evaluation.retrieval import PoolRetrieval
 from tf_msemb.evaluation.retrieval import TranslationRetrieval
 from tf_msemb.evaluation.sts import STSEvaluator
 from tf_msemb.text_files import CorpusError
+from conftest import needs_bfloat16
 
 
 def lookup(vectors):
@@ -163,6 +164,7 @@ def test_sts_needs_a_set_and_well_formed_pairs(tmp_path):
         STSEvaluator(tsv_files=one)
 
 
+@needs_bfloat16
 def test_mining_applies_the_train_threshold_to_test(tmp_path):
     # Absolute margin, k=1, forward selection: each source's score is the cosine to its nearest target.
     # Train: s1-t1 (1.0) and s2-t2 (0.9) are gold, s3's nearest is t2 (0.44): F1 is best (1.0) at 0.9.

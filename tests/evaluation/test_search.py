@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tf_msemb.evaluation import search
+from conftest import needs_bfloat16
 
 
 def _unit_rows(n, dim, seed):
@@ -159,6 +160,7 @@ def _near_ties(groups=4, size=8, seed=15):
     return pools
 
 
+@needs_bfloat16
 def test_bfloat16_scores_with_a_float32_rescore_find_the_float32_neighbours(monkeypatch):
     monkeypatch.setattr(search, "QUERY_BLOCK", 4)
     x, y = _near_ties()

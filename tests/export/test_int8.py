@@ -50,11 +50,14 @@ def test_the_flags_become_options_and_a_bad_alpha_names_the_flag():
     values = types.SimpleNamespace(int8_smoothing="per_layer", int8_ranges="mse", int8_percentile=99.9,
                                    int8_fallback_cosine=0.998, int8_max_fallback_layers=2, int8_attention="float32",
                                    int8_stress_inputs=0, int8_fallback_unit="block", int8_outlier_channels=2,
-                                   int8_gelu_range="token")
+                                   int8_gelu_range="token", int8_target="avx2")
     options = options_from_flags(values)
     assert (options.smoothing, options.ranges, options.fallback_cosine, options.max_fallback_layers,
             options.attention, options.stress_inputs, options.fallback_unit, options.outlier_channels,
-            options.gelu_range) == ("per_layer", "mse", 0.998, 2, "float32", 0, "block", 2, "token")
+            options.gelu_range, options.target) == ("per_layer", "mse", 0.998, 2, "float32", 0, "block", 2, "token",
+                                                    "avx2")
+    # auto: left to the CPU (`Int8Options.for_cpu`).
+    assert options_from_flags(types.SimpleNamespace(**{**vars(values), "int8_attention": "auto"})).attention is None
     assert options_from_flags(types.SimpleNamespace(**{**vars(values), "int8_smoothing": "0.6"})).smoothing == 0.6
     with pytest.raises(ValueError, match="--int8_smoothing='strong'"):
         options_from_flags(types.SimpleNamespace(**{**vars(values), "int8_smoothing": "strong"}))

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import BFLOAT16_MARKS
+from conftest import INT8_MARKS
 from tf_msemb.export.saved_model import METADATA_FILE
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import WARMUP_BATCH
@@ -21,7 +23,6 @@ from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.packed import INT8_REQUIRED_OPS
-from tf_msemb.models.packed import int8_support
 from tf_msemb.quickstart import CORPUS_DIR
 
 CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loader_checks.py")
@@ -47,8 +48,8 @@ SESSION_TOLERANCE = {"float32": 1e-6, "padded": 1e-6, "mixed_bfloat16": 1e-5, "i
                      "int8_single": 2e-2, "int8_token": 1e-5}
 # float32 packed is the default export and int8 the one with internal ops; the other two run with the slow tests.
 SLOW = ("padded", "mixed_bfloat16", "int8_single", "int8_token")
-PRECISIONS = [pytest.param(name, marks=[pytest.mark.skipif(name.startswith("int8") and bool(int8_support()),
-                                                           reason=str(int8_support()))]
+PRECISIONS = [pytest.param(name, marks=(INT8_MARKS if name.startswith("int8") else
+                                         BFLOAT16_MARKS if name == "mixed_bfloat16" else [])
                            + ([pytest.mark.slow] if name in SLOW else []))
               for name in EXPORTS]
 

@@ -9,6 +9,7 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
@@ -128,14 +129,16 @@ def test_a_training_export_s_card_names_its_recipe_data_start_and_dev_figures_up
     assert str(tmp_path / "export" / "best") in best and str(tmp_path / "export" / "10\"") not in best
 
 
+@pytest.mark.int8
 def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_path):
+    from tf_msemb.models.int8_calibration import Int8Options
     from tf_msemb.models.packed import int8_support
     from pretrained_checkpoints import checkpoint
 
     directory = checkpoint("bert_wordpiece_uncased")
     calibration = tmp_path / "calibration.txt"
     calibration.write_text("a dog runs\nthe woman reads a book in the park\nkids\n", encoding="utf-8")
-    precision = ["--precision=int8", f"--calibration_file={calibration}"] if not int8_support() else []
+    precision = ["--precision=int8", f"--calibration_file={calibration}"] if not int8_support().unsupported else []
     result = subprocess.run([sys.executable, "tools/export_pretrained.py", f"--model={directory}",
                              f"--output={tmp_path / 'out'}", *precision], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -145,9 +148,13 @@ def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_pa
     assert "| default prompt name | none |" in card
     if precision:
         assert "| compute precision | int8 (calibrated on the first 2000 lines at most of" in card
-        assert re.search(r"minmax activation ranges; in bfloat16: layers: none; float32 GELU channels: "
+        options = Int8Options().for_cpu(int8_support().kernels)
+        assert re.search(f"minmax activation ranges; {options.weight_bits}-bit weights; attention in "
+                         f"{options.attention}; in {options.fallback_dtype}: layers: none; float32 GELU channels: "
                          r"(none|\d+ \(layers [\d, ]+\)); held-out sentence cosine to float32", card), card
         assert "_QuantizedMatMul" in card and "x86-64 builds of TensorFlow" in card
+        needs = "; ".join(f"{' or '.join(isas)} for {purpose}" for isas, purpose in options.cpu_requirements())
+        assert f"| CPU it needs (checked when it loads) | {needs} |" in card
 
 
 def test_rendering_again_follows_the_metadata(export, tmp_path):

@@ -9,6 +9,7 @@ from tf_msemb.models.backbone import TransformerBackbone
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
+from conftest import needs_bfloat16
 
 TINY = dict(vocabulary_size=10, hidden_dim=8, num_layers=2, num_heads=2, intermediate_dim=16, max_sequence_length=6)
 MULTI = dict(pooling=["max", "mean", "first", "attention"], pooled_dim=5, normalize=True)
@@ -71,6 +72,7 @@ def test_config_round_trip_rebuilds_the_same_architecture():
     assert clone.get_config() == encoder.get_config()
 
 
+@needs_bfloat16
 def test_a_mixed_precision_config_rebuilds_mixed_outside_the_policy_scope():
     """A saved config names its dtype policy; the backbone and pooling must follow it, not the global policy."""
     config = SentenceEncoder(**TINY, **MULTI, dtype="mixed_bfloat16").get_config()

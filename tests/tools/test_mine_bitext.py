@@ -8,6 +8,7 @@ import pytest
 from conftest import CORPUS
 from conftest import REPO
 from conftest import run
+from conftest import needs_bfloat16
 
 
 def _read(name):
@@ -15,6 +16,7 @@ def _read(name):
         return f.read().splitlines()
 
 
+@needs_bfloat16
 def test_mines_true_translations_above_the_threshold_and_reuses_its_cache(quickstart_run, tmp_path):
     work, _ = quickstart_run
     english, german = _read("heldout.en.txt"), _read("heldout.de.txt")

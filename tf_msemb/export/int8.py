@@ -14,12 +14,14 @@ import collections
 
 import tensorflow as tf
 from absl import flags
+from absl import logging
 
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.int8_calibration import ATTENTION_DTYPES
 from tf_msemb.models.int8_calibration import FALLBACK_UNITS
 from tf_msemb.models.int8_calibration import GELU_RANGES
 from tf_msemb.models.int8_calibration import RANGES
+from tf_msemb.models.int8_calibration import TARGETS
 from tf_msemb.models.int8_calibration import Int8Options
 from tf_msemb.models.packed import PackedEncoder
 from tf_msemb.models.packed import int8_support
@@ -86,10 +88,11 @@ def int8_packed(tokenizer, encoder, calibration_file, calibration_sentences, opt
                 single_sentence=False):
     """The int8 `PackedEncoder` of float32 `encoder`, calibrated on `calibration_file` by `Int8Options` `options`;
     its `int8_report` gains the `probe_cosine` of each of `PROBES`."""
-    unsupported = int8_support()
-    if unsupported:
-        raise ValueError(f"Cannot export int8: {unsupported}; export with --precision=mixed_bfloat16 (or float32; "
-                         "in gin, inference_module.precision = 'mixed_bfloat16') instead.")
+    support = int8_support()
+    if support.unsupported:
+        raise ValueError(f"Cannot export int8: {support.unsupported} (in gin, inference_module.precision = "
+                         "'mixed_bfloat16').")
+    logging.info("int8: %s.", support.note)
     if not calibration_file:
         raise ValueError("precision 'int8' needs a calibration_file: a text file of sentences like those the export "
                          "will encode, one a line (bind inference_module.calibration_file, or --calibration_file).")
@@ -129,8 +132,12 @@ def define_flags():
                          "each GELU output, far wider than the rest, stay float32 out of its int8 range; 0: none.")
     flags.DEFINE_enum("int8_gelu_range", Int8Options.gelu_range, list(GELU_RANGES), "int8: the GELU output's range: "
                       "one calibrated range per tensor, or one per token (its own greatest value, found as it runs).")
-    flags.DEFINE_enum("int8_attention", "bfloat16", list(ATTENTION_DTYPES), "int8: dtype of attention between the "
-                      "int8 matmuls (float32: long inputs stay closer to float32, a little slower).")
+    flags.DEFINE_enum("int8_attention", "auto", ["auto", *ATTENTION_DTYPES], "int8: dtype of attention between the "
+                      "int8 matmuls (float32: long inputs stay closer to float32, a little slower; auto: bfloat16 "
+                      "where oneDNN has bfloat16 kernels, else float32).")
+    flags.DEFINE_enum("int8_target", Int8Options.target, list(TARGETS), "int8: the CPUs the export is for: native "
+                      "(the fastest exact kernels of this CPU) or avx2 (any x86-64 CPU with AVX2: float32 attention "
+                      "and outputs, 7-bit weights).")
 
 
 def options_from_flags(values):
@@ -143,7 +150,9 @@ def options_from_flags(values):
             raise ValueError(f"--int8_smoothing={smoothing!r} is neither a number nor per_layer") from None
     return Int8Options(smoothing=smoothing, ranges=values.int8_ranges, percentile=values.int8_percentile,
                        fallback_cosine=values.int8_fallback_cosine,
-                       max_fallback_layers=values.int8_max_fallback_layers, attention=values.int8_attention,
+                       max_fallback_layers=values.int8_max_fallback_layers,
+                       attention=None if values.int8_attention == "auto" else values.int8_attention,
+                       target=values.int8_target,
                        stress_inputs=values.int8_stress_inputs, fallback_unit=values.int8_fallback_unit,
                        outlier_channels=values.int8_outlier_channels, gelu_range=values.int8_gelu_range)
 

@@ -66,7 +66,10 @@ def _model_rows(metadata):
         cosine = (calibration.get("sentence_cosine") or {}).get("exported") or {}
         precision += (f" (calibrated on the first {calibration['sentences']} lines at most of "
                       f"{calibration['file']}, SmoothQuant smoothing {calibration.get('smoothing')}, "
-                      f"{calibration.get('ranges')} activation ranges; in bfloat16: "
+                      f"{calibration.get('ranges')} activation ranges; "
+                      f"{calibration.get('weight_bits') or 8}-bit weights; attention in "
+                      f"{calibration.get('attention') or 'bfloat16'}; in "
+                      f"{calibration.get('fallback_dtype') or 'bfloat16'}: "
                       f"{describe_fallback(calibration)}; float32 GELU channels: {describe_outliers(calibration)}; "
                       "held-out sentence cosine to float32: "
                       f"mean {cosine.get('mean')}, min {cosine.get('min')})")
@@ -88,6 +91,9 @@ def _model_rows(metadata):
         ("ops beyond stock TensorFlow and tensorflow-text",
          ", ".join(metadata["required_ops"]) + " (oneDNN's, registered by x86-64 TensorFlow builds only)"
          if metadata.get("required_ops") else "none"),
+        ("CPU it needs (checked when it loads)", "; ".join(
+            f"{' or '.join(need['any_of_isa'])} for {need['for']}" for need in metadata["cpu_requirements"])
+         if metadata.get("cpu_requirements") else "any"),
         ("written by", f"tf_msemb {metadata['tf_msemb_version']}, TensorFlow {metadata['tensorflow_version']}, "
                        f"{metadata['created']}"),
     ]
@@ -140,6 +146,9 @@ def render(path, metadata):
         os.path.dirname(path)) == "export" else os.path.basename(path)
     int8 = ("\nThis export holds oneDNN int8 ops: it loads with x86-64 builds of TensorFlow (and TF Serving) only.\n"
             if metadata.get("required_ops") else "")
+    if metadata.get("cpu_requirements"):
+        int8 += ("\nIts kernels need the CPU features in the table below (oneDNN ISAs); on a CPU without them loading "
+                 "stops with an error naming the missing flags (`tf_msemb.export.cpu_check`).\n")
     copy_block = f"```sh\n{copy}\n```\n\n" if copy else ""
     sentences = "Hallo Welt", "hello world"
     return f"""# {name}

@@ -24,6 +24,9 @@ from absl import logging
 from tensorflow.core.protobuf import saved_model_pb2
 
 import tf_msemb
+from tf_msemb.export.cpu_check import CpuCheck
+from tf_msemb.export.cpu_check import bfloat16_requirements
+from tf_msemb.export.cpu_check import int8_requirements
 from tf_msemb.export.int8 import int8_packed
 from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.export.model_card import write_model_card
@@ -97,6 +100,8 @@ class EmbeddingModule(tf.Module):
         precision: the compute precision `packed` runs in (`inference_module`'s
             `precision`); below float32 the packed path's gradient is
             straight-through (`_packed_embed`).
+        cpu_requirements: `export.cpu_check.CpuRequirement`s the graph's
+            kernels need: checked by a `CpuCheck` when the export loads.
 
     What a SavedModel of it holds (see `_Parts` for why no Keras object):
     `variables` and `trainable_variables`, the `tf.Variable`s behind the
@@ -104,7 +109,7 @@ class EmbeddingModule(tf.Module):
     fine-tuning the restored lists moves the outputs);
     `inference_variables`, any other variable the functions read (a packed
     export's cast or quantized matmul weights);
-    `resources`, the tokenizer's lookup tables; the tokenizer's file as an asset.
+    `resources`, the tokenizer's lookup tables (and the `CpuCheck`, first); the tokenizer's file as an asset.
     """
 
     # Plain attributes rather than tf.Module's computed properties, so they
@@ -112,8 +117,10 @@ class EmbeddingModule(tf.Module):
     variables = None
     trainable_variables = None
 
-    def __init__(self, tokenizer, encoder, sub_batch_size=32, packed=None, precision="float32", name=None):
+    def __init__(self, tokenizer, encoder, sub_batch_size=32, packed=None, precision="float32", cpu_requirements=(),
+                 name=None):
         super().__init__(name=name)
+        self.cpu_requirements = list(cpu_requirements)
         self.precision = precision
         self._parts = _Parts(tokenizer, encoder, packed)
         self.sub_batch_size = sub_batch_size
@@ -127,7 +134,8 @@ class EmbeddingModule(tf.Module):
         read = _backing(variable for function in (self.__call__, self.serve)
                         for variable in function.get_concrete_function().variables)
         self.inference_variables = [variable for variable in read if id(variable) not in listed]
-        self.resources = _resources(tokenizer, encoder, *([packed] if packed is not None else []))
+        check = [CpuCheck(self.cpu_requirements, precision)] if self.cpu_requirements else []
+        self.resources = check + _resources(tokenizer, encoder, *([packed] if packed is not None else []))
         self.tokenizer_asset = tf.saved_model.Asset(tokenizer.asset_file) if tokenizer.asset_file else None
 
     @property
@@ -250,11 +258,13 @@ def internal_ops(path):
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
                     inference="padded", selection=None, calibration=None, streams=None, required_ops=(),
-                    single_sentence=None):
+                    single_sentence=None, cpu_requirements=()):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`.
 
     `required_ops`: the ops the graph needs beyond stock TensorFlow and
-    tensorflow-text (`internal_ops`), with the TensorFlow version that wrote it.
+    tensorflow-text (`internal_ops`), with the TensorFlow version that wrote it;
+    `cpu_requirements` what its kernels need of the CPU (`export.cpu_check`),
+    checked when it loads.
     `prompt` is the text the export puts before every input itself;
     `prompts` the model's named prompts and `default_prompt_name` the one
     sentence-transformers falls back to, for callers to apply by task.
@@ -264,6 +274,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "tf_msemb_version": tf_msemb.__version__,
         "tensorflow_version": tf.__version__,
         "required_ops": list(required_ops),
+        "cpu_requirements": [requirement.to_json() for requirement in cpu_requirements],
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "training_step": step,
         "objective": objective,
@@ -327,8 +338,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     `tools/bench_encode.py`) and 2.7 times its throughput on two
     AVX512-VNNI cores (1,542 vs 570 sentences/s at intra-op threads 1);
     its graph holds oneDNN ops that only x86-64 TensorFlow registers (the
-    metadata's `required_ops`), and `int8_support` probes them before
-    anything is built. `streams`: side-by-side sub-batches of a packed export
+    metadata's `required_ops`); `int8_support` decides from the CPU's flags.
+    `streams`: side-by-side sub-batches of a packed export
     (`PackedEncoder.streams`, exact); serve it with TensorFlow's intra-op
     threads at cores / streams (README, "Serving threads").
     `single_sentence`: a packed export encodes a request of one sentence on
@@ -336,6 +347,10 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     (`PackedEncoder.single_sentence`; float32 within 1e-5 of the batch
     path, attention in float32 below it); off by default, as it slows
     batches in TF Serving's Session.
+    An int8 or bfloat16 export checks the CPU when it loads
+    (`export.cpu_check`: int8 writing bfloat16 or with 8-bit weights needs
+    the AVX-512 / VNNI kernels of the CPU that wrote it; `Int8Options.target
+    = "avx2"` makes one for every x86-64 CPU with AVX2).
     The module's `precision` attribute names the compute precision,
     `calibration` the int8 settings.
     """
@@ -345,11 +360,13 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
         computing = ensure_built(encoder)
         packed_encoder = int8_packed(tokenizer, computing, calibration_file, calibration_sentences, int8, streams,
                                      single_sentence)
+        requirements = int8_requirements(packed_encoder.int8_options)
     else:
         computing = ensure_built(with_precision(encoder, precision))
         packed_encoder = _packed(computing, precision, streams, single_sentence) if packed else None
+        requirements = bfloat16_requirements() if precision == "mixed_bfloat16" else []
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
-                             precision=precision)
+                             precision=precision, cpu_requirements=requirements)
     module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
                            **packed_encoder.int8_report} if precision == "int8" else None)
     return module
@@ -379,7 +396,7 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
         provenance["operative_config"] = OPERATIVE_CONFIG
     metadata = export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
                                "packed" if packed is not None else "padded", selection, module.calibration,
-                               streams, internal_ops(path), single_sentence)
+                               streams, internal_ops(path), single_sentence, module.cpu_requirements)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(metadata | {"provenance": provenance or None}, f, indent=2, default=str)
     write_model_card(path)

@@ -43,6 +43,11 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from tf_msemb.models.cpu_features import BFLOAT16_ISAS
+from tf_msemb.models.cpu_features import EXACT_INT8_ISAS
+from tf_msemb.models.cpu_features import INT8_BASE_ISAS
+from tf_msemb.models.cpu_features import WEIGHT_LEVELS
+from tf_msemb.models.cpu_features import this_cpu
 from tf_msemb.models.packed_backbone import LAYER_DENSES
 from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.models.quantization import DEFAULT_OUTLIER_CHANNELS
@@ -54,6 +59,7 @@ from tf_msemb.models.quantization import quantize_intermediate
 from tf_msemb.models.quantization import quantize_layer
 
 RANGES = ("minmax", "percentile", "mse")
+TARGETS = ("native", "avx2")
 ATTENTION_DTYPES = ("bfloat16", "float32")
 GELU_RANGES = ("tensor", "token")
 SMOOTHING_CANDIDATES = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -88,7 +94,8 @@ class Int8Options:
             `"block"` (`BLOCKS`: half a layer) or a `"matmul"` (`MATMULS`).
         attention: dtype attention runs in between the int8 matmuls
             (`"bfloat16"`, which the query-key-value matmul writes, or
-            `"float32"`: long inputs stay closer to float32).
+            `"float32"`: long inputs stay closer to float32); None: bfloat16
+            where oneDNN has bfloat16 kernels (`for_cpu`), else float32.
         stress_inputs: the calibration text's most frequent words, each
             repeated up to the longest input, that calibrate the ranges too
             (`tf_msemb.export.int8.calibration_batches`), and half as many
@@ -106,6 +113,13 @@ class Int8Options:
             `"tensor"`, or one per `"token"` (scaled by the token's greatest
             value, found as it runs: `quantization`'s docstring says what it
             costs and gains).
+        target: the CPUs the export is for: `"native"`, the fastest exact
+            kernels of the CPU that calibrates (bfloat16 attention, outputs
+            and fallbacks where it has AVX-512, 8-bit weights where it has
+            AVX512-VNNI; `models.cpu_features`); `"avx2"`, every x86-64 CPU
+            with AVX2: float32 attention, outputs and fallbacks, 7-bit weights.
+        weight_bits, fallback_dtype: set by `for_cpu` from `target` and the
+            CPU (8 or 7; `"bfloat16"` or `"float32"`), recorded in the report.
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING
@@ -113,13 +127,20 @@ class Int8Options:
     percentile: float = 99.99
     fallback_cosine: float | None = None
     max_fallback_layers: int | None = None
-    attention: str = "bfloat16"
+    attention: str | None = None
     stress_inputs: int = 16
     fallback_unit: str = "layer"
     outlier_channels: int = DEFAULT_OUTLIER_CHANNELS
     gelu_range: str = "tensor"
+    target: str = "native"
+    weight_bits: int | None = None
+    fallback_dtype: str | None = None
 
     def __post_init__(self):
+        if self.target not in TARGETS:
+            raise ValueError(f"int8 target {self.target!r} is not one of {', '.join(TARGETS)}")
+        if self.weight_bits not in (None, *WEIGHT_LEVELS):
+            raise ValueError(f"int8 weight_bits {self.weight_bits!r} is not one of {', '.join(map(str, WEIGHT_LEVELS))}")
         if self.gelu_range not in GELU_RANGES:
             raise ValueError(f"int8 gelu_range {self.gelu_range!r} is not one of {', '.join(GELU_RANGES)}")
         if self.outlier_channels < 0:
@@ -130,10 +151,33 @@ class Int8Options:
             raise ValueError(f"int8 smoothing {self.smoothing!r} is neither an alpha in [0, 1] nor 'per_layer'")
         if self.fallback_unit not in FALLBACK_UNITS:
             raise ValueError(f"int8 fallback unit {self.fallback_unit!r} is not one of {', '.join(FALLBACK_UNITS)}")
-        if self.attention not in ATTENTION_DTYPES:
+        if self.attention is not None and self.attention not in ATTENTION_DTYPES:
             raise ValueError(f"int8 attention {self.attention!r} is not one of {', '.join(ATTENTION_DTYPES)}")
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"int8 percentile {self.percentile} is not in (50, 100]")
+
+    def for_cpu(self, kernels):
+        """These options with `attention`, `weight_bits` and `fallback_dtype` set for `target` on the CPU of
+        `kernels` (a `cpu_features.CpuKernels`); bfloat16 asked for where oneDNN has no bfloat16 kernel fails here,
+        not in oneDNN."""
+        native = self.target == "native"
+        bfloat16 = native and kernels.bfloat16
+        if self.attention == "bfloat16" and not kernels.bfloat16:
+            raise ValueError(f"int8 attention 'bfloat16' cannot run on {kernels.where()}: oneDNN has no bfloat16 "
+                             "kernels there; use float32 (or leave it unset)")
+        attention = self.attention or ("bfloat16" if bfloat16 else "float32")
+        return dataclasses.replace(self, attention=attention, weight_bits=8 if native and kernels.exact_int8 else 7,
+                                   fallback_dtype="bfloat16" if bfloat16 else "float32")
+
+    def cpu_requirements(self):
+        """`[(oneDNN ISAs, any one of which is needed), what for]` of the int8 graph these options (`for_cpu`) build."""
+        needs = [(INT8_BASE_ISAS, "int8 matmuls (oneDNN's u8 x s8 kernels)")]
+        if "bfloat16" in (self.attention, self.fallback_dtype):
+            needs.append((BFLOAT16_ISAS, "bfloat16 attention and int8 matmuls writing bfloat16"))
+        if self.weight_bits == 8:
+            needs.append((EXACT_INT8_ISAS, "exact sums of 8-bit weights (VNNI; elsewhere oneDNN's pair sums "
+                                           "saturate)"))
+        return needs
 
     def alphas(self):
         return SMOOTHING_CANDIDATES if self.smoothing == "per_layer" else (float(self.smoothing),)
@@ -167,9 +211,11 @@ def mse_range(values, low, high):
     return best
 
 
-def bfloat16_layer(denses):
-    """A layer's float matmuls (`PackedDense`s) in bfloat16 with float32 residual sums: its int8 fallback."""
-    return [PackedDense([tf.constant(kernel)], [tf.Variable(bias, trainable=False)], tf.bfloat16, frozen_cast=True,
+def fallback_layer(denses, dtype="bfloat16"):
+    """A layer's float matmuls (`PackedDense`s) in `dtype` (`Int8Options.fallback_dtype`) with float32 residual sums:
+    its int8 fallback."""
+    return [PackedDense([tf.constant(kernel)], [tf.Variable(bias, trainable=False)], tf.as_dtype(dtype),
+                        frozen_cast=True,
                         activation=dense.activation)
             for dense, (kernel, bias) in ((dense, dense.float_weights()) for dense in denses)]
 
@@ -233,7 +279,7 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
         batches: ragged token ids whose matmul inputs set the ranges.
         held_out: ragged token ids the choices are measured on (cosines).
         pool: `(token states, ids) -> [b, d]` sentence vectors of the encoder.
-        options: `Int8Options`.
+        options: `Int8Options` (`for_cpu` of this CPU where not yet).
     Returns: the report (JSON-ready): options, per-layer alpha, precision and
     isolated cosine (per block too with `fallback_unit="block"`, and with
     each `MATMULS` unit in bfloat16 with `"matmul"`), the units that fell
@@ -244,6 +290,8 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
 
 
 def _calibrate(reference, target, batches, held_out, pool, options):
+    if options.weight_bits is None:
+        options = options.for_cpu(this_cpu())
     if not batches or not held_out:
         raise ValueError("int8 calibration needs calibration and held-out sentences (at least one of each).")
     fraction = min(1.0, SAMPLED_ROWS / max(1, sum(int(tf.size(ids.flat_values)) for ids in batches)))
@@ -265,7 +313,7 @@ def _calibrate(reference, target, batches, held_out, pool, options):
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
                 observers, alpha, target.attention_dtype, options.input_range, outliers,
-                per_token=options.gelu_range == "token"))))
+                per_token=options.gelu_range == "token", weight_bits=options.weight_bits))))
             cosines = _layer_cosines(target, candidate, check_states[-1], check.ids, want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
@@ -282,7 +330,7 @@ def _calibrate(reference, target, batches, held_out, pool, options):
             roles = dict(zip(LAYER_DENSES, observers))
             for name, replacement in _matmul_fallbacks(layer, roles["intermediate"], best[0], options).items():
                 cosines = _layer_cosines(target, dict(best[1], **replacement), check_states[-1], check.ids, want)
-                entry["matmuls"][name] = {"precision": "int8", "bfloat16_cosine": _summary(cosines)}
+                entry["matmuls"][name] = {"precision": "int8", "fallback_cosine": _summary(cosines)}
                 replacements[index, name] = replacement
         target.layers[index].update((role, best[1][role]) for role in LAYER_DENSES)
         layers.append(entry)
@@ -303,8 +351,9 @@ def _calibrate(reference, target, batches, held_out, pool, options):
             target.layers[index].update(replacements[index, part])
         else:
             roles = LAYER_DENSES if part is None else BLOCKS[part]
-            target.layers[index].update(zip(roles, bfloat16_layer([reference.layers[index][role] for role in roles])))
-        _mark_bfloat16(layers[index], part)
+            target.layers[index].update(zip(roles, fallback_layer([reference.layers[index][role] for role in roles],
+                                                                  options.fallback_dtype)))
+        _mark_fallback(layers[index], part, options.fallback_dtype)
         fallback.append((index, part))
         cosines = sentence_cosines()
     exported = target.embed(check.ids)
@@ -319,15 +368,16 @@ def _calibrate(reference, target, batches, held_out, pool, options):
 
 
 def _matmul_fallbacks(layer, intermediate, alpha, options):
-    """The `MATMULS` units of a float32 `layer` in bfloat16, each as the denses that replace its int8 ones: the
-    attention block's two matmuls, or the second feed-forward matmul with the first (observed `intermediate`, int8
-    at smoothing `alpha`) writing its input in bfloat16."""
-    attention = BLOCKS["attention"]
-    return {"attention": dict(zip(attention, bfloat16_layer([layer[role] for role in attention]))),
+    """The `MATMULS` units of a float32 `layer` in `options.fallback_dtype`, each as the denses that replace its int8
+    ones: the attention block's two matmuls, or the second feed-forward matmul with the first (observed
+    `intermediate`, int8 at smoothing `alpha`) writing its input in that dtype."""
+    attention, dtype = BLOCKS["attention"], options.fallback_dtype
+    return {"attention": dict(zip(attention, fallback_layer([layer[role] for role in attention], dtype))),
             "feed_forward_output": {
                 "intermediate": quantize_intermediate(intermediate, alpha, options.input_range,
-                                                      output_dtype=tf.bfloat16),
-                "output": bfloat16_layer([layer["output"]])[0]}}
+                                                      output_dtype=tf.as_dtype(dtype),
+                                                      weight_bits=options.weight_bits),
+                "output": fallback_layer([layer["output"]], dtype)[0]}}
 
 
 def _fallback_units(layers, unit):
@@ -339,21 +389,21 @@ def _fallback_units(layers, unit):
         units = [((i, block), entry["isolated_cosine"]["mean"])
                  for i, layer in enumerate(layers) for block, entry in layer["blocks"].items()]
     else:
-        units = [((i, name), layer["isolated_cosine"]["mean"] - entry["bfloat16_cosine"]["mean"])
+        units = [((i, name), layer["isolated_cosine"]["mean"] - entry["fallback_cosine"]["mean"])
                  for i, layer in enumerate(layers) for name, entry in layer["matmuls"].items()]
     return [unit for unit, _ in sorted(units, key=lambda item: item[1])]
 
 
-def _mark_bfloat16(layer, part):
-    """Records in a layer's report entry that `part` (a block or matmul unit; None: all of it) runs in bfloat16."""
+def _mark_fallback(layer, part, dtype):
+    """Records in a layer's report entry that `part` (a block or matmul unit; None: all of it) runs in `dtype`."""
     if part is None:
-        layer["precision"] = "bfloat16"
+        layer["precision"] = dtype
         return
     parts = layer["blocks" if "blocks" in layer else "matmuls"]
-    parts[part]["precision"] = "bfloat16"
-    fallen = [name for name, entry in parts.items() if entry["precision"] == "bfloat16"]
+    parts[part]["precision"] = dtype
+    fallen = [name for name, entry in parts.items() if entry["precision"] == dtype]
     whole = "blocks" in layer and len(fallen) == len(parts)
-    layer["precision"] = "bfloat16" if whole else f"bfloat16 {', '.join(UNIT_LABELS[name] for name in fallen)}"
+    layer["precision"] = dtype if whole else f"{dtype} {', '.join(UNIT_LABELS[name] for name in fallen)}"
 
 
 def describe_fallback(report):

@@ -17,16 +17,17 @@ norms and pooling stay float32. With `"int8"`, the layers' matmuls run on
 
 import functools
 import json
+from typing import NamedTuple
 
 import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
 
 from tf_msemb.models.control_flow import unlowered_cond
+from tf_msemb.models.cpu_features import CpuKernels
+from tf_msemb.models.cpu_features import this_cpu
 from tf_msemb.models.encoder import Embedder
-from tf_msemb.models.encoder import SentenceEncoder
-from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.heads import ProjectedEncoder
-from tf_msemb.models.packed_backbone import FUSED_NORM_MIN_TOKENS
 from tf_msemb.models.packed_backbone import PackedBackbone
 from tf_msemb.models.packed_backbone import read_supported
 from tf_msemb.models.int8_calibration import Int8Options
@@ -36,9 +37,6 @@ POOLINGS = ("mean", "max", "first")
 # The TensorFlow ops an int8 graph holds beyond stock TensorFlow and tensorflow-text: oneDNN's, registered by
 # x86-64 builds only (`int8_support`).
 INT8_REQUIRED_OPS = ("_MklLayerNorm", "_MklQuantizeV2", "_QuantizedMatMul")
-# The activations `int8_support` builds, each fused into the matmul as a post-op of its own (`quantization.POST_OPS`;
-# keras-hub's tanh GELU, `GeluApproximate`, has no public Keras name to build a probe with).
-PROBED_ACTIVATIONS = ("gelu", "relu")
 # Independent sub-batches an export encodes side by side (`PackedEncoder.streams`), and the padded attention grids
 # of length-sorted sentences each runs (`PackedBackbone.attention_groups`); both leave every vector as it is.
 # int8 MiniLM on 64-sentence Multi30k batches, sentences/s in one process, interleaved: 1 stream of 1 grid 867,
@@ -116,9 +114,12 @@ class PackedEncoder(tf.Module):
         self.pooling = weights["pooling"]
         self.normalize = weights["normalize"]
         self._int8_report = "null"  # JSON: a dict attribute of a tf.Module would be wrapped for tracking
+        self.int8_options = None  # for int8: the `Int8Options` as resolved for this CPU (`Int8Options.for_cpu`)
         if compute_dtype == "int8":
             if not calibration:
                 raise ValueError("An int8 PackedEncoder needs calibration batches.")
+            int8_options = int8_options.for_cpu(int8_support().kernels)
+            self.int8_options = int8_options
             # int8 graphs need oneDNN's kernels anyway: its layer norm too. Attention in bfloat16 (the default):
             # int8 MiniLM 1,379 against 1,341 sentences/s in float32 (one process, interleaved), min cosine to
             # float32 0.9938 against 0.9940.
@@ -186,42 +187,25 @@ class PackedEncoder(tf.Module):
         return tf.math.unsorted_segment_mean(x, ids.value_rowids(), ids.nrows())
 
 
-# Lines of TensorFlow and autograph errors that say where, not what.
-_WHERE = ("File \"", "in user code:", "Graph execution error", "Detected at node", "[", "<stack", "^")
+class Int8Support(NamedTuple):
+    """Whether int8 graphs run in this process: `unsupported` (why not, or None), `note` (how they run on this CPU:
+    outputs, attention, weight bits) and the `CpuKernels` both come from."""
 
-
-def _cause(error):
-    """The line of `error`'s message that says what failed (autograph and TF runtime errors put it last)."""
-    lines = [line.strip() for line in str(error).splitlines()]
-    lines = [line for line in lines if line and not line.startswith(_WHERE)]
-    return lines[-1] if lines else type(error).__name__
+    unsupported: str | None
+    note: str
+    kernels: CpuKernels
 
 
 @functools.cache
 def int8_support():
-    """None when this TensorFlow builds and runs an int8 `PackedEncoder`'s graph, else why not (for an error line).
-
-    Probes with a tiny int8 encoder per `PROBED_ACTIVATIONS`, traced and run
-    on a batch short enough for elementwise layer norms and one long enough
-    for oneDNN's fused ones, so every internal op an int8 export holds is
-    built and run once. Any failure counts: a missing kernel is an
-    `OpError`, a build without the op or an attribute it does not know fails
-    in graph construction (`ValueError`, `TypeError`, ...).
-    """
-    lengths = [FUSED_NORM_MIN_TOKENS + 2] * INFERENCE_STREAMS
-    long_batch = tf.RaggedTensor.from_row_lengths(tf.ones([sum(lengths)], tf.int32), lengths)
-    short_batch = tf.ragged.constant([[1, 2, 3]], tf.int32)
-    try:
-        for activation in PROBED_ACTIVATIONS:
-            tiny = ensure_built(SentenceEncoder(8, hidden_dim=8, num_layers=1, num_heads=2, intermediate_dim=16,
-                                                max_sequence_length=FUSED_NORM_MIN_TOKENS + 2, dropout=0.0,
-                                                activation=activation))
-            encode = tf.function(PackedEncoder(tiny, "int8", calibration=[short_batch, long_batch]))
-            for batch in (short_batch, long_batch):
-                encode(batch).numpy()
-    except Exception as error:  # noqa: BLE001 -- every way of failing means "no int8 here"
-        return (f"this TensorFlow {tf.__version__} cannot run the oneDNN ops of int8 graphs "
-                f"({', '.join(INT8_REQUIRED_OPS)}): {type(error).__name__}: {_cause(error)}. They run on x86-64 builds with "
-                "oneDNN (on by default on Linux CPUs with AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX, else "
-                "TF_ENABLE_ONEDNN_OPTS=1)")
-    return None
+    """The `Int8Support` of this process, decided from the CPU's features (`models.cpu_features`, the oneDNN ISA
+    cap included) and TensorFlow's op registry: nothing is built or run, so it cannot abort its caller (oneDNN
+    aborts the process on a kernel it lacks)."""
+    kernels = this_cpu()
+    unsupported = kernels.int8_unsupported()
+    missing = [op for op in INT8_REQUIRED_OPS if op_def_registry.get(op) is None]
+    if unsupported is None and missing:
+        unsupported = f"this TensorFlow {tf.__version__} does not register {', '.join(missing)} (x86-64 builds do)"
+    if unsupported:
+        unsupported += "; export with --precision=mixed_bfloat16 (or float32) instead"
+    return Int8Support(unsupported, kernels.int8_note(), kernels)

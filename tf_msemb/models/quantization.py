@@ -2,10 +2,11 @@
 
 Each of a layer's four matmuls (`LAYER_DENSES`) becomes an `Int8Dense`:
 unsigned 8-bit activations on one calibrated range per tensor, signed 8-bit
-weights with one scale per output column, 32-bit integer sums (VNNI on
-AVX512-VNNI CPUs) dequantized in the same op. Attention runs in bfloat16,
-which the query-key-value matmul writes; embeddings, layer norms and pooling
-stay float32.
+weights with one scale per output column (on 7 bits where the CPU has no
+VNNI: `models.cpu_features`), 32-bit integer sums dequantized in the same
+op. Attention runs in bfloat16 where oneDNN has bfloat16 kernels (AVX-512),
+which the query-key-value matmul writes, else in float32; embeddings, layer
+norms and pooling stay float32.
 
 The op is TensorFlow's `_QuantizedMatMul`, the one its oneDNN kernels run for
 int8 graphs (Intel Neural Compressor's exports are made of it); oneDNN's
@@ -56,6 +57,8 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from tf_msemb.models.cpu_features import WEIGHT_LEVELS
+from tf_msemb.models.cpu_features import this_cpu
 from tf_msemb.models.onednn import quantize
 from tf_msemb.models.onednn import quantized_matmul
 from tf_msemb.models.packed_backbone import ACTIVATIONS
@@ -135,13 +138,16 @@ class Int8Dense(tf.Module):
             `output_range` only); the other columns are the int8 output.
         outlier_rows: input channels (indices into the kernel's rows) that
             arrive as the input's `outliers`: multiplied by their rows in float32.
+        weight_bits: 8 (weights on -127..127) or 7 (-63..63: oneDNN's pair
+            sums cannot saturate on CPUs without VNNI; `models.cpu_features`);
+            None: 8 where this CPU's sums are exact (AVX512-VNNI), else 7.
     Called with a float32 tensor or a `QuantizedTensor` on `input_range`,
     and an optional float32 `residual` added to the output.
     """
 
     def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
                  output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False,
-                 per_token_input=False, name=None):
+                 per_token_input=False, weight_bits=None, name=None):
         super().__init__(name=name)
         if per_token and output_range is None:
             raise ValueError("an Int8Dense with per_token writes a QuantizedTensor: give it an output_range")
@@ -158,8 +164,14 @@ class Int8Dense(tf.Module):
         if outlier_rows is not None and len(outlier_rows):
             self.outlier_rows = tf.Variable(kernel[outlier_rows].astype(np.float32), trainable=False)
             kernel = kernel[np.setdiff1d(np.arange(kernel.shape[0]), outlier_rows)]
+        if weight_bits is None:
+            weight_bits = 8 if this_cpu().exact_int8 else 7
+        levels = WEIGHT_LEVELS[weight_bits]
+        self.weight_bits = weight_bits
         column_scale = np.maximum(np.abs(kernel).max(axis=0), _TINY)
-        quantized = np.clip(np.round(kernel / column_scale * 127), -127, 127).astype(np.int8)
+        quantized = np.clip(np.round(kernel / column_scale * levels), -levels, levels).astype(np.int8)
+        # The op reads a qint8 weight `q` as `q * range / 127`: on fewer levels, each column's range widens to match.
+        column_scale = column_scale * 127 / levels
         self.input_range = quantization_range(*input_range)
         self.input_scale = None if input_scale is None else tf.Variable(
             np.asarray(input_scale, np.float32), trainable=False)
@@ -298,7 +310,7 @@ def _smoothed(observer, alpha, input_range, kernel=None):
 
 
 def quantize_intermediate(observer, alpha, input_range=minmax_range, output_range=None, outlier_columns=None,
-                          output_dtype=tf.float32, per_token=False):
+                          output_dtype=tf.float32, per_token=False, weight_bits=None):
     """The first feed-forward matmul of an observed layer as an `Int8Dense`: input smoothed at `alpha`, its range
     by `input_range`; the GELU output int8 on `output_range` (with float32 `outlier_columns`, and a range per token
     where `per_token`: `quantize_layer`) or, with no `output_range`, float `output_dtype` (the input of a bfloat16
@@ -306,11 +318,11 @@ def quantize_intermediate(observer, alpha, input_range=minmax_range, output_rang
     kernel, inverse, low_high = _smoothed(observer, alpha, input_range)
     return Int8Dense(kernel, observer.weights()[1], low_high, inverse, activation=observer.dense.activation,
                      output_range=output_range, output_dtype=output_dtype, outlier_columns=outlier_columns,
-                     per_token=per_token)
+                     per_token=per_token, weight_bits=weight_bits)
 
 
 def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=(),
-                   per_token=False):
+                   per_token=False, weight_bits=None):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
     `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
 
@@ -319,6 +331,7 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     leaves a channel out). `outliers`: the GELU output's channels that stay
     float32 (`outlier_channels` of the output matmul's observer).
     `per_token`: the GELU output on a scale per token (`Int8Dense`'s `per_token`), read so by the second matmul.
+    `weight_bits`: every matmul's (`Int8Dense`).
     """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
@@ -331,8 +344,10 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     in_range = np.ones_like(output.low)
     in_range[outliers] = 0.0
     gelu_range = input_range(output, in_range)
-    return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype),
-            Int8Dense(kernel, attention_output.weights()[1], attended_range),
+    return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype,
+                      weight_bits=weight_bits),
+            Int8Dense(kernel, attention_output.weights()[1], attended_range, weight_bits=weight_bits),
             quantize_intermediate(intermediate, alpha, input_range, output_range=gelu_range, outlier_columns=outliers,
-                                  per_token=per_token),
-            Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers, per_token_input=per_token))
+                                  per_token=per_token, weight_bits=weight_bits),
+            Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers, per_token_input=per_token,
+                      weight_bits=weight_bits))

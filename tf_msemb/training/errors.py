@@ -30,7 +30,9 @@ def _core_message(message):
     """The informative line of a TensorFlow runtime error (not "Graph execution error:")."""
     failed = re.search(r"assertion failed: (.*)", message)
     if failed:
-        return failed.group(1).strip()
+        text = failed.group(1).strip()
+        # One message (an export's CPU check) loses the brackets tf.debugging.Assert puts around each of its data.
+        return text[1:-1] if re.fullmatch(r"\[[^\[\]]*\]", text) else text
     for line in _FUNCTION_NODE.sub("", message).splitlines():
         line = line.strip()
         if line and not line.startswith(_BOILERPLATE):

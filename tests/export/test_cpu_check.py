@@ -1,0 +1,139 @@
+"""Exports that say what they need of the CPU: the metadata names it, and every loader stops with one line on a CPU
+without it (oneDNN's ISA capped to AVX2 here) instead of aborting in oneDNN."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO
+from conftest import corpus_file
+from conftest import needs_int8
+from tf_msemb.export.cpu_check import CpuRequirement
+from tf_msemb.export.saved_model import METADATA_FILE
+from tf_msemb.export.saved_model import EmbeddingModule
+from tf_msemb.export.saved_model import export_saved_model
+from tf_msemb.export.serving import SIGNATURE
+from tf_msemb.models.cpu_features import this_cpu
+from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.models.int8_calibration import Int8Options
+from tf_msemb.models.packed import int8_support
+
+# A consumer's process: TensorFlow and tensorflow-text only. Exit 3 with the error's message, or print the vectors.
+CONSUMER = """
+import json, sys
+import tensorflow as tf, tensorflow_text
+kind, path = sys.argv[1:3]
+texts = ["a dog runs in the park", "zwei Frauen lesen"]
+try:
+    if kind == "saved_model":
+        vectors = tf.saved_model.load(path)(tf.constant(texts)).numpy()
+    elif kind == "session":  # TF Serving's loader: restore, then the init op, before any warm-up request
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+            signature = meta.signature_def["serving_default"]
+            vectors = session.run(signature.outputs["outputs"].name, {signature.inputs["inputs"].name: texts})
+    else:
+        import keras
+        vectors = keras.layers.TFSMLayer(path, call_endpoint="serving_default")(tf.constant(texts))["outputs"].numpy()
+except tf.errors.OpError as error:
+    print(error.message)
+    sys.exit(3)
+print(json.dumps(vectors.tolist()))
+"""
+CONSUMERS = ("saved_model", "session", "tfsm")
+AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def _consume(kind, path, **environment):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **environment)
+    result = subprocess.run([sys.executable, "-c", CONSUMER, kind, path], capture_output=True, text=True, env=env)
+    # A negative status is a signal: oneDNN's abort (SIGABRT) is what the check exists to prevent.
+    assert result.returncode in (0, 3), (result.returncode, result.stderr[-3000:])
+    if result.returncode == 3:
+        return None, result.stdout
+    return np.array(json.loads(result.stdout.strip().splitlines()[-1])), result.stdout
+
+
+@pytest.fixture(scope="module")
+def encoder(tokenizer):
+    tf.keras.utils.set_random_seed(5)
+    return SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=2, num_heads=2, intermediate_dim=32,
+                           max_sequence_length=tokenizer.max_length, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def needs_avx512(tokenizer, encoder, tmp_path_factory):
+    """A float32 export whose check asks for AVX-512 (as a bfloat16-writing int8 export does): under the AVX2 cap
+    no CPU has it, whatever the machine."""
+    module = EmbeddingModule(tokenizer, encoder, cpu_requirements=[
+        CpuRequirement(("avx512_core",), "a test kernel", "serve the other export")])
+    path = str(tmp_path_factory.mktemp("check") / "needs_avx512")
+    tf.saved_model.save(module, path, signatures={SIGNATURE: module.serve})
+    return path
+
+
+@pytest.mark.parametrize("kind", CONSUMERS)
+def test_every_loader_stops_with_the_missing_feature_on_a_cpu_without_it(needs_avx512, kind):
+    vectors, message = _consume(kind, needs_avx512, **AVX2)
+    assert vectors is None
+    assert ("this float32 export needs oneDNN ISA avx512_core for a test kernel, which this CPU lacks or "
+            "ONEDNN_MAX_CPU_ISA excludes") in message and "serve the other export" in message
+    # It names what is missing: the flags where the CPU has no AVX-512, else the cap.
+    assert "oneDNN ISA cap: avx2" in message
+    if not this_cpu({}).runs("avx512_core"):
+        assert "avx512f" in message.split("missing CPU flags: ")[1]
+    else:
+        loaded, _ = _consume(kind, needs_avx512)
+        assert loaded is not None and loaded.shape == (2, 16)
+
+
+def test_the_evaluation_cli_prints_one_error_line(needs_avx512, tmp_path):
+    env = dict(os.environ, **AVX2)
+    result = subprocess.run([sys.executable, "-m", "tf_msemb.evaluate", f"--model={needs_avx512}", "--task=retrieval",
+                             f"--pair={corpus_file('heldout', 'en')},{corpus_file('heldout', 'de')}",
+                             f"--output={tmp_path / 'r.json'}"], capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("error: this float32 export needs oneDNN ISA avx512_core")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_bfloat16_export_stops_only_where_onednn_would_get_its_matmuls(tokenizer, encoder, tmp_path):
+    path = export_saved_model(tokenizer, encoder, str(tmp_path / "bf16"), precision="mixed_bfloat16")
+    needs = json.load(open(os.path.join(path, METADATA_FILE), encoding="utf-8"))["cpu_requirements"]
+    assert [(need["any_of_isa"], need["only_with_onednn_rewrites"]) for need in needs] == [
+        (["avx512_core", "avx2_vnni_2"], True)]
+    # With TensorFlow's oneDNN rewrites on, oneDNN gets the bfloat16 matmuls and has no kernel under the cap: without
+    # the check this process aborts. With them off, Eigen runs them (an AVX2 machine's default).
+    vectors, message = _consume("saved_model", path, TF_ENABLE_ONEDNN_OPTS="1", **AVX2)
+    assert vectors is None and "this mixed_bfloat16 export needs" in message and "TF_ENABLE_ONEDNN_OPTS=0" in message
+    vectors, _ = _consume("saved_model", path, TF_ENABLE_ONEDNN_OPTS="0", **AVX2)
+    assert vectors is not None and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    float32 = export_saved_model(tokenizer, encoder, str(tmp_path / "f32"))
+    assert json.load(open(os.path.join(float32, METADATA_FILE), encoding="utf-8"))["cpu_requirements"] == []
+
+
+@needs_int8
+@pytest.mark.parametrize("target", ["native", "avx2"])
+def test_an_int8_export_names_its_needs_and_the_avx2_target_runs_under_the_cap(tokenizer, encoder, tmp_path, target):
+    options = Int8Options(target=target)
+    path = export_saved_model(tokenizer, encoder, str(tmp_path / target), precision="int8",
+                              calibration_file=corpus_file("train", "en"), int8=options)
+    metadata = json.load(open(os.path.join(path, METADATA_FILE), encoding="utf-8"))
+    resolved = options.for_cpu(int8_support().kernels)
+    assert [tuple(need["any_of_isa"]) for need in metadata["cpu_requirements"]] == [
+        isas for isas, _ in resolved.cpu_requirements()]
+    calibration = metadata["int8_calibration"]
+    assert (calibration["weight_bits"], calibration["attention"], calibration["fallback_dtype"]) == (
+        resolved.weight_bits, resolved.attention, resolved.fallback_dtype)
+    here, _ = _consume("saved_model", path)
+    capped, message = _consume("session", path, **AVX2)
+    if len(resolved.cpu_requirements()) == 1:  # AVX2 only: runs under the cap, as on any x86-64 CPU with AVX2
+        assert capped is not None and (capped * here).sum(axis=1).min() > 0.999
+    else:
+        assert capped is None and "this int8 export needs oneDNN ISA avx512_core" in message
+        assert "--int8_target=avx2" in message
