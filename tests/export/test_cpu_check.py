@@ -128,8 +128,8 @@ def test_an_int8_export_names_its_needs_and_the_avx2_target_runs_under_the_cap(t
     assert [tuple(need["any_of_isa"]) for need in metadata["cpu_requirements"]] == [
         isas for isas, _ in resolved.cpu_requirements()]
     calibration = metadata["int8_calibration"]
-    assert (calibration["weight_bits"], calibration["attention"], calibration["fallback_dtype"]) == (
-        resolved.weight_bits, resolved.attention, resolved.fallback_dtype)
+    assert (calibration["weight_scale"], calibration["attention"], calibration["fallback_dtype"]) == (
+        resolved.weight_scale, resolved.attention, resolved.fallback_dtype)
     here, _ = _consume("saved_model", path)
     capped, message = _consume("session", path, **AVX2)
     if len(resolved.cpu_requirements()) == 1:  # AVX2 only: runs under the cap, as on any x86-64 CPU with AVX2

@@ -149,7 +149,8 @@ def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_pa
     if precision:
         assert "| compute precision | int8 (calibrated on the first 2000 lines at most of" in card
         options = Int8Options().for_cpu(int8_support().kernels)
-        assert re.search(f"minmax activation ranges; {options.weight_bits}-bit weights; attention in "
+        scaled = "pair of rows" if options.weight_scale == "paired" else "column"
+        assert re.search(f"minmax activation ranges; weights scaled per {scaled}; attention in "
                          f"{options.attention}; in {options.fallback_dtype}: layers: none; float32 GELU channels: "
                          r"(none|\d+ \(layers [\d, ]+\)); held-out sentence cosine to float32", card), card
         assert "_QuantizedMatMul" in card and "x86-64 builds of TensorFlow" in card

@@ -37,7 +37,7 @@ def test_isas_and_what_int8_and_bfloat16_get_on_real_cpus():
     assert all(kernels.int8_unsupported() is None for kernels in rows.values())
     assert "float32 outputs" not in rows["sapphire"].int8_note() and "exact sums" in rows["sapphire"].int8_note()
     zen = rows["zen3"].int8_note()
-    assert "int8 matmuls write float32" in zen and "weights on 7 bits" in zen and "oneDNN ISA avx2" in zen
+    assert "int8 matmuls write float32" in zen and "pair of adjacent rows" in zen and "oneDNN ISA avx2" in zen
 
 
 def test_the_cap_limits_the_isa_as_onednn_does():
@@ -76,15 +76,15 @@ def test_bfloat16_matmuls_abort_only_where_onednn_gets_them_without_kernels():
 
 def test_int8_options_follow_the_cpu_and_the_target():
     native = Int8Options().for_cpu(CpuKernels(SAPPHIRE_RAPIDS))
-    assert (native.attention, native.weight_bits, native.fallback_dtype) == ("bfloat16", 8, "bfloat16")
+    assert (native.attention, native.weight_scale, native.fallback_dtype) == ("bfloat16", "column", "bfloat16")
     assert [isas for isas, _ in native.cpu_requirements()] == [("avx2",), ("avx512_core", "avx2_vnni_2"),
                                                                ("avx512_core_vnni",)]
     for options in (Int8Options().for_cpu(CpuKernels(ZEN3)), Int8Options(target="avx2").for_cpu(CpuKernels(
             SAPPHIRE_RAPIDS))):
-        assert (options.attention, options.weight_bits, options.fallback_dtype) == ("float32", 7, "float32")
+        assert (options.attention, options.weight_scale, options.fallback_dtype) == ("float32", "paired", "float32")
         assert [isas for isas, _ in options.cpu_requirements()] == [("avx2",)]
     skylake = Int8Options().for_cpu(CpuKernels(SKYLAKE))
-    assert (skylake.attention, skylake.weight_bits) == ("bfloat16", 7)
+    assert (skylake.attention, skylake.weight_scale) == ("bfloat16", "paired")
     assert Int8Options(attention="float32").for_cpu(CpuKernels(SAPPHIRE_RAPIDS)).attention == "float32"
     with pytest.raises(ValueError, match="int8 attention 'bfloat16' cannot run on this CPU \\(oneDNN ISA avx2\\)"):
         Int8Options(attention="bfloat16").for_cpu(CpuKernels(ZEN3))
@@ -111,7 +111,7 @@ def test_the_support_check_answers_under_the_avx2_cap_and_does_not_abort():
     assert result.returncode == 0, result.stderr[-2000:]
     unsupported, note = json.loads(result.stdout.strip().splitlines()[-1])
     assert unsupported is None
-    assert "capped by ONEDNN_MAX_CPU_ISA=AVX2" in note and "write float32" in note and "7 bits" in note
+    assert "capped by ONEDNN_MAX_CPU_ISA=AVX2" in note and "write float32" in note and "at most 128" in note
 
 
 def test_every_isa_builds_on_the_ones_below_it():

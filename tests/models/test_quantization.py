@@ -24,8 +24,8 @@ from tf_msemb.models.quantization import outlier_channels
 from tf_msemb.models.quantization import smooth
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
-# Largest relative error of an int8 matmul's column: weights on 7 bits (CPUs without VNNI: half the levels) round
-# twice as coarsely (the first test's worst column: 0.018 on 8 bits, 0.033 on 7 under the AVX2 cap).
+# Largest relative error of an int8 matmul's column: paired weights (CPUs without VNNI) have fewer levels for their
+# largest weight (the first test's worst column: 0.018 scaled per column, 0.033 on 7-bit weights under the AVX2 cap).
 TOLERANCE = 0.03 if this_cpu().exact_int8 else 0.05
 
 
@@ -92,23 +92,31 @@ def test_a_bfloat16_output_is_the_float32_output_rounded():
 
 
 @needs_int8
-def test_seven_bit_weights_keep_sums_exact_where_onednn_pairs_products_in_16_bits():
-    # Every input at the top of its range and every weight at its largest magnitude: each pair of products is
-    # 255 * 127 * 2 = 64,770 with 8-bit weights, past the 16 bits oneDNN's non-VNNI kernels (vpmaddubsw) add pairs
-    # in, and 255 * 63 * 2 = 32,130 with 7-bit ones. Wrong code this fails: 8-bit weights on a CPU without VNNI
-    # (the AVX2-capped run), a 7-bit kernel read back on the 8-bit scale (every column about half).
-    kernel, bias = np.ones([64, 8]), np.zeros(8)
+def test_paired_weights_keep_sums_exact_where_onednn_adds_products_in_16_bit_pairs():
+    # Every input at the top of its range. Column 0: every weight at its largest magnitude, so each pair of products
+    # is 255 * 127 * 2 = 64,770 scaled per column, past the 16 bits oneDNN's non-VNNI kernels (vpmaddubsw) add the
+    # products of rows 2j and 2j + 1 in. Columns 1 and 2: one large and one small weight in every pair of rows 2j,
+    # 2j + 1 (in column 2 the large ones meet across pairs, 2j + 1 and 2j + 2, which are not summed in 16 bits).
+    # Wrong code this fails: per-column scales on a CPU without VNNI (the AVX2-capped run), pairs taken across
+    # the wrong rows (column 2 would lose its large weights' levels), a paired kernel read back on the column scale.
+    kernel = np.ones([64, 3])
+    kernel[:, 1] = np.tile([1.0, 0.01], 32)
+    kernel[:, 2] = np.tile([1.0, 0.01, 0.01, 1.0], 16)
     x = np.full([4, 64], 10.0, np.float32)
     want = x @ kernel
     errors = {}
-    for bits in (7, 8):
-        got = tf.function(Int8Dense(kernel, bias, (0.0, 10.0), weight_bits=bits))(tf.constant(x)).numpy()
-        errors[bits] = np.abs(got - want).max() / want.max()
-    assert errors[7] < 1e-3, errors
+    for scale in ("column", "paired"):
+        got = tf.function(Int8Dense(kernel, np.zeros(3), (0.0, 10.0), weight_scale=scale))(tf.constant(x)).numpy()
+        errors[scale] = np.abs(got - want).max(axis=0) / want.max(axis=0)
+    assert errors["paired"].max() < 1e-2, errors
+    assert errors["column"][1:].max() < 1e-2, errors  # a pair within 128 levels: exact either way
     if not this_cpu().exact_int8:
-        assert errors[8] > 0.1, errors  # saturated: the reason for 7 bits
+        assert errors["column"][0] > 0.1, errors  # saturated: the reason for pairs
     else:
-        assert errors[8] < 1e-3, errors
+        assert errors["column"][0] < 1e-2, errors
+    # Paired scales cost the large weights of column 1 nothing beyond the small ones' share (127 / 1.01 levels).
+    paired = Int8Dense(kernel, np.zeros(3), (0.0, 10.0), weight_scale="paired").kernel.numpy()
+    assert paired[:, 1].max() == 126 and paired[:, 2].max() == 126 and paired[:, 0].max() == 64
 
 
 @needs_int8

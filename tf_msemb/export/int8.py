@@ -137,7 +137,7 @@ def define_flags():
                       "where oneDNN has bfloat16 kernels, else float32).")
     flags.DEFINE_enum("int8_target", Int8Options.target, list(TARGETS), "int8: the CPUs the export is for: native "
                       "(the fastest exact kernels of this CPU) or avx2 (any x86-64 CPU with AVX2: float32 attention "
-                      "and outputs, 7-bit weights).")
+                      "and outputs, paired weights).")
 
 
 def options_from_flags(values):

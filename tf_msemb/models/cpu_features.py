@@ -15,9 +15,12 @@ run is decided here, from the CPU's flags (`/proc/cpuinfo`) and the cap
   multiplies with `vpmaddubsw`, which adds pairs of products into 16 bits
   and saturates (255 * 127 * 2 > 32767): all-MiniLM-L6-v2's int8 vectors
   under `ONEDNN_MAX_CPU_ISA=AVX2` came out at a mean cosine of 0.9961 to the
-  same export's exact ones (min 0.991; 0.9999 at `AVX2_VNNI`). Weights on
-  7 bits (at most 63 in magnitude) keep every pair within 16 bits, as
-  oneDNN's "Nuances of int8 computations" advises.
+  same export's exact ones (min 0.991; 0.9999 at `AVX2_VNNI`). The pairs
+  are adjacent input channels (`2j`, `2j + 1`; measured under the AVX2 and
+  AVX512_CORE caps), so weights whose every such pair sums to at most 128
+  in magnitude keep each pair sum within 16 bits (255 * 128 = 32,640):
+  `WEIGHT_SCALES["paired"]`, where oneDNN's own advice (and ONNX Runtime's
+  `reduce_range`) is 7-bit weights, half the levels of every weight.
 
 TensorFlow's own graph rewrites to oneDNN (`TF_ENABLE_ONEDNN_OPTS`) are on
 by default on Linux where the CPU has AVX512-VNNI, AVX512-BF16, AVX-VNNI or
@@ -57,7 +60,10 @@ EXACT_INT8_ISAS = ("avx512_core_vnni",)
 INT8_BASE_ISAS = ("avx2",)  # the least ISA int8 exports are tested on (oneDNN's int8 GEMM itself needs SSE4.1)
 # The CPU flags with which TensorFlow turns its oneDNN rewrites on by default (Linux; `port.cc`).
 ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
-WEIGHT_LEVELS = {8: 127, 7: 63}  # int8 weight bits -> the largest magnitude a weight is quantized to
+# How an int8 matmul's weight columns are scaled: `column`, by their largest magnitude (to 127); `paired`, also so
+# that every pair of adjacent rows sums to at most 127 in magnitude before rounding (128 after): exact on CPUs whose
+# oneDNN kernels add u8 x s8 products in 16-bit pairs (no VNNI).
+WEIGHT_SCALES = ("column", "paired")
 
 
 def read_flags(path="/proc/cpuinfo"):
@@ -144,9 +150,10 @@ class CpuKernels:
             notes.append("no AVX-512 (or AVX-VNNI-INT8 with AVX-NE-CONVERT): int8 matmuls write float32 and "
                          "attention runs in float32 (oneDNN has no bfloat16 kernels here)")
         if not self.exact_int8:
-            notes.append("no AVX512-VNNI: weights on 7 bits, so that oneDNN's 16-bit pair sums cannot saturate")
+            notes.append("no AVX512-VNNI: weights scaled so that each pair of adjacent rows sums to at most 128, "
+                         "so that oneDNN's 16-bit pair sums cannot saturate")
         if not notes:
-            return f"{self.where()}: int8 matmuls with 8-bit weights, exact sums (VNNI), bfloat16 attention"
+            return f"{self.where()}: int8 matmuls with weights scaled per column, exact sums (VNNI), bfloat16 attention"
         return f"{self.where()} has " + "; ".join(notes)
 
     def bfloat16_matmul_unsupported(self):

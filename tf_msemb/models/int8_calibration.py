@@ -46,7 +46,7 @@ import tensorflow as tf
 from tf_msemb.models.cpu_features import BFLOAT16_ISAS
 from tf_msemb.models.cpu_features import EXACT_INT8_ISAS
 from tf_msemb.models.cpu_features import INT8_BASE_ISAS
-from tf_msemb.models.cpu_features import WEIGHT_LEVELS
+from tf_msemb.models.cpu_features import WEIGHT_SCALES
 from tf_msemb.models.cpu_features import this_cpu
 from tf_msemb.models.packed_backbone import LAYER_DENSES
 from tf_msemb.models.packed_backbone import PackedDense
@@ -117,9 +117,10 @@ class Int8Options:
             kernels of the CPU that calibrates (bfloat16 attention, outputs
             and fallbacks where it has AVX-512, 8-bit weights where it has
             AVX512-VNNI; `models.cpu_features`); `"avx2"`, every x86-64 CPU
-            with AVX2: float32 attention, outputs and fallbacks, 7-bit weights.
-        weight_bits, fallback_dtype: set by `for_cpu` from `target` and the
-            CPU (8 or 7; `"bfloat16"` or `"float32"`), recorded in the report.
+            with AVX2: float32 attention, outputs and fallbacks, paired weights.
+        weight_scale, fallback_dtype: set by `for_cpu` from `target` and the
+            CPU (`cpu_features.WEIGHT_SCALES`: `"column"` where sums are exact,
+            else `"paired"`; `"bfloat16"` or `"float32"`), in the report.
     """
 
     smoothing: float | str = DEFAULT_SMOOTHING
@@ -133,14 +134,14 @@ class Int8Options:
     outlier_channels: int = DEFAULT_OUTLIER_CHANNELS
     gelu_range: str = "tensor"
     target: str = "native"
-    weight_bits: int | None = None
+    weight_scale: str | None = None
     fallback_dtype: str | None = None
 
     def __post_init__(self):
         if self.target not in TARGETS:
             raise ValueError(f"int8 target {self.target!r} is not one of {', '.join(TARGETS)}")
-        if self.weight_bits not in (None, *WEIGHT_LEVELS):
-            raise ValueError(f"int8 weight_bits {self.weight_bits!r} is not one of {', '.join(map(str, WEIGHT_LEVELS))}")
+        if self.weight_scale not in (None, *WEIGHT_SCALES):
+            raise ValueError(f"int8 weight_scale {self.weight_scale!r} is not one of {', '.join(WEIGHT_SCALES)}")
         if self.gelu_range not in GELU_RANGES:
             raise ValueError(f"int8 gelu_range {self.gelu_range!r} is not one of {', '.join(GELU_RANGES)}")
         if self.outlier_channels < 0:
@@ -157,7 +158,7 @@ class Int8Options:
             raise ValueError(f"int8 percentile {self.percentile} is not in (50, 100]")
 
     def for_cpu(self, kernels):
-        """These options with `attention`, `weight_bits` and `fallback_dtype` set for `target` on the CPU of
+        """These options with `attention`, `weight_scale` and `fallback_dtype` set for `target` on the CPU of
         `kernels` (a `cpu_features.CpuKernels`); bfloat16 asked for where oneDNN has no bfloat16 kernel fails here,
         not in oneDNN."""
         native = self.target == "native"
@@ -166,7 +167,8 @@ class Int8Options:
             raise ValueError(f"int8 attention 'bfloat16' cannot run on {kernels.where()}: oneDNN has no bfloat16 "
                              "kernels there; use float32 (or leave it unset)")
         attention = self.attention or ("bfloat16" if bfloat16 else "float32")
-        return dataclasses.replace(self, attention=attention, weight_bits=8 if native and kernels.exact_int8 else 7,
+        return dataclasses.replace(self, attention=attention,
+                                   weight_scale="column" if native and kernels.exact_int8 else "paired",
                                    fallback_dtype="bfloat16" if bfloat16 else "float32")
 
     def cpu_requirements(self):
@@ -174,9 +176,9 @@ class Int8Options:
         needs = [(INT8_BASE_ISAS, "int8 matmuls (oneDNN's u8 x s8 kernels)")]
         if "bfloat16" in (self.attention, self.fallback_dtype):
             needs.append((BFLOAT16_ISAS, "bfloat16 attention and int8 matmuls writing bfloat16"))
-        if self.weight_bits == 8:
-            needs.append((EXACT_INT8_ISAS, "exact sums of 8-bit weights (VNNI; elsewhere oneDNN's pair sums "
-                                           "saturate)"))
+        if self.weight_scale == "column":
+            needs.append((EXACT_INT8_ISAS, "exact sums of weights scaled per column (VNNI; elsewhere oneDNN's pair "
+                                           "sums saturate)"))
         return needs
 
     def alphas(self):
@@ -290,7 +292,7 @@ def calibrate(reference, target, batches, held_out, pool, options=Int8Options())
 
 
 def _calibrate(reference, target, batches, held_out, pool, options):
-    if options.weight_bits is None:
+    if options.weight_scale is None:
         options = options.for_cpu(this_cpu())
     if not batches or not held_out:
         raise ValueError("int8 calibration needs calibration and held-out sentences (at least one of each).")
@@ -313,7 +315,7 @@ def _calibrate(reference, target, batches, held_out, pool, options):
         for alpha in options.alphas():
             candidate = dict(target.layers[index], **dict(zip(LAYER_DENSES, quantize_layer(
                 observers, alpha, target.attention_dtype, options.input_range, outliers,
-                per_token=options.gelu_range == "token", weight_bits=options.weight_bits))))
+                per_token=options.gelu_range == "token", weight_scale=options.weight_scale))))
             cosines = _layer_cosines(target, candidate, check_states[-1], check.ids, want)
             if best is None or cosines.mean() > best[2].mean():
                 best = (alpha, candidate, cosines)
@@ -376,7 +378,7 @@ def _matmul_fallbacks(layer, intermediate, alpha, options):
             "feed_forward_output": {
                 "intermediate": quantize_intermediate(intermediate, alpha, options.input_range,
                                                       output_dtype=tf.as_dtype(dtype),
-                                                      weight_bits=options.weight_bits),
+                                                      weight_scale=options.weight_scale),
                 "output": fallback_layer([layer["output"]], dtype)[0]}}
 
 

@@ -2,9 +2,9 @@
 
 Each of a layer's four matmuls (`LAYER_DENSES`) becomes an `Int8Dense`:
 unsigned 8-bit activations on one calibrated range per tensor, signed 8-bit
-weights with one scale per output column (on 7 bits where the CPU has no
-VNNI: `models.cpu_features`), 32-bit integer sums dequantized in the same
-op. Attention runs in bfloat16 where oneDNN has bfloat16 kernels (AVX-512),
+weights with one scale per output column (where the CPU has no VNNI also
+keeping each pair of adjacent rows within 128 levels: `models.cpu_features`),
+32-bit integer sums dequantized in the same op. Attention runs in bfloat16 where oneDNN has bfloat16 kernels (AVX-512),
 which the query-key-value matmul writes, else in float32; embeddings, layer
 norms and pooling stay float32.
 
@@ -57,7 +57,6 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tf_msemb.models.cpu_features import WEIGHT_LEVELS
 from tf_msemb.models.cpu_features import this_cpu
 from tf_msemb.models.onednn import quantize
 from tf_msemb.models.onednn import quantized_matmul
@@ -138,16 +137,18 @@ class Int8Dense(tf.Module):
             `output_range` only); the other columns are the int8 output.
         outlier_rows: input channels (indices into the kernel's rows) that
             arrive as the input's `outliers`: multiplied by their rows in float32.
-        weight_bits: 8 (weights on -127..127) or 7 (-63..63: oneDNN's pair
-            sums cannot saturate on CPUs without VNNI; `models.cpu_features`);
-            None: 8 where this CPU's sums are exact (AVX512-VNNI), else 7.
+        weight_scale: `"column"` (each column's largest weight is 127) or
+            `"paired"` (also every pair of adjacent rows within 128 together:
+            oneDNN's 16-bit pair sums cannot saturate on CPUs without VNNI;
+            `models.cpu_features`); None: column where this CPU's sums are
+            exact (AVX512-VNNI), else paired.
     Called with a float32 tensor or a `QuantizedTensor` on `input_range`,
     and an optional float32 `residual` added to the output.
     """
 
     def __init__(self, kernel, bias, input_range, input_scale=None, activation=None, output_range=None,
                  output_dtype=tf.float32, outlier_columns=None, outlier_rows=None, per_token=False,
-                 per_token_input=False, weight_bits=None, name=None):
+                 per_token_input=False, weight_scale=None, name=None):
         super().__init__(name=name)
         if per_token and output_range is None:
             raise ValueError("an Int8Dense with per_token writes a QuantizedTensor: give it an output_range")
@@ -164,14 +165,16 @@ class Int8Dense(tf.Module):
         if outlier_rows is not None and len(outlier_rows):
             self.outlier_rows = tf.Variable(kernel[outlier_rows].astype(np.float32), trainable=False)
             kernel = kernel[np.setdiff1d(np.arange(kernel.shape[0]), outlier_rows)]
-        if weight_bits is None:
-            weight_bits = 8 if this_cpu().exact_int8 else 7
-        levels = WEIGHT_LEVELS[weight_bits]
-        self.weight_bits = weight_bits
+        self.weight_scale = weight_scale or ("column" if this_cpu().exact_int8 else "paired")
         column_scale = np.maximum(np.abs(kernel).max(axis=0), _TINY)
-        quantized = np.clip(np.round(kernel / column_scale * levels), -levels, levels).astype(np.int8)
-        # The op reads a qint8 weight `q` as `q * range / 127`: on fewer levels, each column's range widens to match.
-        column_scale = column_scale * 127 / levels
+        if self.weight_scale == "paired":
+            # Rows 2j and 2j + 1 (a last odd row alone): their magnitudes' sum is at most 127 before rounding, so at
+            # most 128 after, and 255 * 128 fits the 16-bit pair sum.
+            magnitude = np.abs(kernel)
+            pairs = magnitude[0::2] + np.pad(magnitude[1::2], [(0, magnitude.shape[0] % 2), (0, 0)])
+            column_scale = np.maximum(column_scale, pairs.max(axis=0))
+        # The op reads a qint8 weight `q` as `q * column_scale / 127`.
+        quantized = np.clip(np.round(kernel / column_scale * 127), -127, 127).astype(np.int8)
         self.input_range = quantization_range(*input_range)
         self.input_scale = None if input_scale is None else tf.Variable(
             np.asarray(input_scale, np.float32), trainable=False)
@@ -310,7 +313,7 @@ def _smoothed(observer, alpha, input_range, kernel=None):
 
 
 def quantize_intermediate(observer, alpha, input_range=minmax_range, output_range=None, outlier_columns=None,
-                          output_dtype=tf.float32, per_token=False, weight_bits=None):
+                          output_dtype=tf.float32, per_token=False, weight_scale=None):
     """The first feed-forward matmul of an observed layer as an `Int8Dense`: input smoothed at `alpha`, its range
     by `input_range`; the GELU output int8 on `output_range` (with float32 `outlier_columns`, and a range per token
     where `per_token`: `quantize_layer`) or, with no `output_range`, float `output_dtype` (the input of a bfloat16
@@ -318,11 +321,11 @@ def quantize_intermediate(observer, alpha, input_range=minmax_range, output_rang
     kernel, inverse, low_high = _smoothed(observer, alpha, input_range)
     return Int8Dense(kernel, observer.weights()[1], low_high, inverse, activation=observer.dense.activation,
                      output_range=output_range, output_dtype=output_dtype, outlier_columns=outlier_columns,
-                     per_token=per_token, weight_bits=weight_bits)
+                     per_token=per_token, weight_scale=weight_scale)
 
 
 def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=minmax_range, outliers=(),
-                   per_token=False, weight_bits=None):
+                   per_token=False, weight_scale=None):
     """The `Int8Dense`s of one packed layer's `LAYER_DENSES` (`qkv`, `attention_output`, `intermediate`,
     `output`), from the `RangeObserver`s that ran in their places; qkv writes `attention_dtype`.
 
@@ -331,7 +334,7 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     leaves a channel out). `outliers`: the GELU output's channels that stay
     float32 (`outlier_channels` of the output matmul's observer).
     `per_token`: the GELU output on a scale per token (`Int8Dense`'s `per_token`), read so by the second matmul.
-    `weight_bits`: every matmul's (`Int8Dense`).
+    `weight_scale`: every matmul's (`Int8Dense`).
     """
     qkv, attention_output, intermediate, output = observers
     # The attention output's input smoothing divides the value columns of qkv: the attention output (a convex
@@ -345,9 +348,9 @@ def quantize_layer(observers, alpha, attention_dtype=tf.float32, input_range=min
     in_range[outliers] = 0.0
     gelu_range = input_range(output, in_range)
     return (Int8Dense(fused_qkv_kernel, qkv_bias * value_scale, qkv_range, qkv_inverse, output_dtype=attention_dtype,
-                      weight_bits=weight_bits),
-            Int8Dense(kernel, attention_output.weights()[1], attended_range, weight_bits=weight_bits),
+                      weight_scale=weight_scale),
+            Int8Dense(kernel, attention_output.weights()[1], attended_range, weight_scale=weight_scale),
             quantize_intermediate(intermediate, alpha, input_range, output_range=gelu_range, outlier_columns=outliers,
-                                  per_token=per_token, weight_bits=weight_bits),
+                                  per_token=per_token, weight_scale=weight_scale),
             Int8Dense(*output.weights(), gelu_range, outlier_rows=outliers, per_token_input=per_token,
-                      weight_bits=weight_bits))
+                      weight_scale=weight_scale))
