@@ -42,7 +42,7 @@ held-out `--pair=SRC_FILE,TGT_FILE`: `mse_src` (source side), `mse_tgt`
 unit vectors (see `evaluation.distillation`).
 
 mteb: MTEB (the `mteb` extra) on the export, through
-`evaluation.mteb_encoder.ExportEncoder` (the export's named prompts applied by
+`evaluation.mteb.encoder.ExportEncoder` (the export's named prompts applied by
 task, as MTEB applies a sentence-transformers model's): MTEB's tasks named in
 `--mteb_tasks` (their data from the Hugging Face Hub; `--mteb_languages`
 narrows multilingual ones), local STS sets (`--mteb_sts=FILE[,LANG]`, STS
@@ -229,7 +229,7 @@ def run_mteb():
     """`--task=mteb`: the export and every `--mteb_peer` on the same tasks; `{model name: main scores}`."""
     try:
         from tf_msemb.evaluation import mteb_run
-        from tf_msemb.evaluation.mteb_encoder import ExportEncoder
+        from tf_msemb.evaluation.mteb.encoder import ExportEncoder
     except ImportError as e:
         raise ImportError(f"--task=mteb needs the mteb extra (pip install 'tf_msemb[mteb]'): {e}") from e
 

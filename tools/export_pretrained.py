@@ -12,8 +12,8 @@ inference on padded batches instead of the real tokens only, and
 `--sub_batch_size` sets their length-sorted sub-batches (0: off).
 `--precision=int8` runs the layers' matmuls on 8-bit integers, calibrated on
 the first `--calibration_sentences` lines of `--calibration_file` (see
-`tf_msemb.models.quantization`; needs TensorFlow's oneDNN kernels), as the
-`--int8_*` flags say (`tf_msemb.models.int8_calibration`: SmoothQuant alpha
+`tf_msemb.inference.quantization`; needs TensorFlow's oneDNN kernels), as the
+`--int8_*` flags say (`tf_msemb.inference.int8_calibration`: SmoothQuant alpha
 per layer, percentile or MSE ranges, bfloat16 fallback of the layers that
 lose most against a cosine budget); `tools/int8_report.py` shows per layer
 what each choice costs.
@@ -33,7 +33,7 @@ from absl import flags
 
 from tf_msemb.export import int8 as int8_flags
 from tf_msemb.export.saved_model import export_saved_model
-from tf_msemb.models.packed import INFERENCE_STREAMS
+from tf_msemb.inference.packed import INFERENCE_STREAMS
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.models.pretrained import resolve_pretrained
 

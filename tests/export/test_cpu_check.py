@@ -18,10 +18,10 @@ from tf_msemb.export.saved_model import METADATA_FILE
 from tf_msemb.export.saved_model import EmbeddingModule
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import SIGNATURE
-from tf_msemb.models.cpu_features import this_cpu
+from tf_msemb.inference.cpu_features import this_cpu
 from tf_msemb.models.encoder import SentenceEncoder
-from tf_msemb.models.int8_calibration import Int8Options
-from tf_msemb.models.packed import int8_support
+from tf_msemb.inference.int8_calibration import Int8Options
+from tf_msemb.inference.packed import int8_support
 
 # A consumer's process: TensorFlow and tensorflow-text only. Exit 3 with the error's message, or print the vectors.
 CONSUMER = """

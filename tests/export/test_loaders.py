@@ -21,8 +21,8 @@ from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import WARMUP_BATCH
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.int8_calibration import Int8Options
-from tf_msemb.models.packed import INT8_REQUIRED_OPS
+from tf_msemb.inference.int8_calibration import Int8Options
+from tf_msemb.inference.packed import INT8_REQUIRED_OPS
 from tf_msemb.quickstart import CORPUS_DIR
 
 CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loader_checks.py")

@@ -131,8 +131,8 @@ def test_a_training_export_s_card_names_its_recipe_data_start_and_dev_figures_up
 
 @pytest.mark.int8
 def test_export_pretrained_writes_a_card_naming_its_source_and_int8_needs(tmp_path):
-    from tf_msemb.models.int8_calibration import Int8Options
-    from tf_msemb.models.packed import int8_support
+    from tf_msemb.inference.int8_calibration import Int8Options
+    from tf_msemb.inference.packed import int8_support
     from pretrained_checkpoints import checkpoint
 
     directory = checkpoint("bert_wordpiece_uncased")

@@ -1,6 +1,6 @@
 """Local Hugging Face / sentence-transformers checkpoints of each supported architecture against the reference.
 
-Fixtures: tools/make_parity_fixtures.py (torch 2.13.0, sentence-transformers 6.2), no torch here.
+Fixtures: tools/fixtures/make_parity_fixtures.py (torch 2.13.0, sentence-transformers 6.2), no torch here.
 """
 
 import json

@@ -22,7 +22,7 @@ def minilm():
 
 
 def test_vectors_match_sentence_transformers(minilm):
-    """Reference: tools/make_teacher_fixture.py (sentence-transformers 6.2, torch 2.13.0 CPU)."""
+    """Reference: tools/fixtures/make_teacher_fixture.py (sentence-transformers 6.2, torch 2.13.0 CPU)."""
     tokenizer, encoder = minilm
     reference = np.load(FIXTURE)
     sentences, expected = reference["sentences"].tolist(), reference["vectors"]

@@ -11,8 +11,8 @@ import pytest
 from conftest import REPO
 from pretrained_checkpoints import checkpoint
 from conftest import needs_int8
-from tf_msemb.export.int8 import PROBES
-from tf_msemb.models.int8_calibration import UNIT_LABELS
+from tf_msemb.inference.int8_export import PROBES
+from tf_msemb.inference.int8_calibration import UNIT_LABELS
 
 TOOL = os.path.join(REPO, "tools", "int8_report.py")
 

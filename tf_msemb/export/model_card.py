@@ -18,8 +18,8 @@ import json
 import os
 import shlex
 
-from tf_msemb.models.int8_calibration import describe_fallback
-from tf_msemb.models.int8_calibration import describe_outliers
+from tf_msemb.inference.int8_calibration import describe_fallback
+from tf_msemb.inference.int8_calibration import describe_outliers
 
 CARD_FILE = "README.md"
 METADATA_FILE = "tf_msemb_export.json"

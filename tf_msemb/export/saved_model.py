@@ -27,7 +27,7 @@ import tf_msemb
 from tf_msemb.export.cpu_check import CpuCheck
 from tf_msemb.export.cpu_check import bfloat16_requirements
 from tf_msemb.export.cpu_check import int8_requirements
-from tf_msemb.export.int8 import int8_packed
+from tf_msemb.inference.int8_export import int8_packed
 from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.export.model_card import write_model_card
 from tf_msemb.export.serving import INPUT_KEY
@@ -37,9 +37,9 @@ from tf_msemb.export.serving import WARMUP_FILE
 from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.packed import INFERENCE_STREAMS
-from tf_msemb.models.packed import PackedEncoder
-from tf_msemb.models.packed import packed_support
+from tf_msemb.inference.packed import INFERENCE_STREAMS
+from tf_msemb.inference.packed import PackedEncoder
+from tf_msemb.inference.packed import packed_support
 from tf_msemb.models.precision import with_precision
 
 OPERATIVE_CONFIG = "operative_config.gin"
@@ -319,7 +319,7 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
-    real tokens only, see `tf_msemb.models.packed`; vectors equal to the Keras
+    real tokens only, see `tf_msemb.inference.packed`; vectors equal to the Keras
     forward within 1e-5; encoders it cannot pack fall back to padded batches,
     with a warning), `sub_batch_size` (length-sorted sub-batches for padded
     batches, see `EmbeddingModule`; within 1e-5 of one padded batch) and
@@ -329,13 +329,13 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     bfloat16 copies of the matmul weights, made at export: fine-tuning the
     exported variables changes training calls only, so export again after.
     `"int8"` runs the layers' matmuls on 8-bit integers (packed only; see
-    `tf_msemb.models.quantization`), calibrated on the first
+    `tf_msemb.inference.quantization`), calibrated on the first
     `calibration_sentences` lines of `calibration_file` (the last eighth
     held out to measure the choices) as `int8` says (an `Int8Options`:
     SmoothQuant alpha, activation ranges, bfloat16 fallback of the layers
     that lose most; default `Int8Options()`): all-MiniLM-L6-v2 at a minimum cosine of 0.9938 to float32
     (sentence-transformers' vectors of 1,014 Multi30k sentences,
-    `tools/bench_encode.py`) and 2.7 times its throughput on two
+    `tools/benchmarks/bench_encode.py`) and 2.7 times its throughput on two
     AVX512-VNNI cores (1,542 vs 570 sentences/s at intra-op threads 1);
     its graph holds oneDNN ops that only x86-64 TensorFlow registers (the
     metadata's `required_ops`); `int8_support` decides from the CPU's flags.
