@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from dev_data import write_dev_data
 from pretrained_checkpoints import checkpoint
-from tf_msemb.evaluation.encoding import METADATA_FILE
+from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model

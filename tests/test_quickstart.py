@@ -5,7 +5,6 @@ import pathlib
 import re
 
 from conftest import CORPUS as CORPUS_DIR
-from conftest import REPO
 from conftest import run
 from tf_msemb.quickstart import corpus_pairs
 
@@ -35,11 +34,12 @@ def test_quickstart_trains_exports_and_retrieves_held_out_translations(quickstar
     assert best["selection"]["metric"] == "retrieval/mean" and best["selection"]["step"] in (200, 400)
     # The command line's recipe, data and dev figures reach every export's metadata and model card.
     final = json.loads((work / "runs/quickstart/model/export/final/tf_msemb_export.json").read_text())
-    assert final["provenance"]["gin_files"] == [f"{REPO}/configs/quickstart.gin"]
-    assert final["provenance"]["data"] == ["runs/quickstart/data/quickstart.manifest.json"]
+    # Named without this machine's paths: the recipe (outside the run's working directory) and data by name.
+    assert final["provenance"]["gin_files"] == ["quickstart.gin"]
+    assert final["provenance"]["data"] == [{"file": "quickstart.manifest.json", "examples": 1050}]
     assert [row["step"] for row in final["provenance"]["dev_results"]] == [200, 400]
     card = (work / "runs/quickstart/model/export/best/README.md").read_text()
-    assert f"| recipe | {REPO}/configs/quickstart.gin |" in card and "| 400 | " in card
+    assert "| recipe | quickstart.gin |" in card and "| 400 | " in card and str(work) not in card
     assert f"This export is the best step by `retrieval/mean` (max): step {best['selection']['step']}" in card
     assert (work / "runs/quickstart/model/export/final/operative_config.gin").read_text() == \
         (work / "runs/quickstart/model/operative_config.gin").read_text()

@@ -26,16 +26,16 @@ checkpoint's named prompts stay in the metadata for callers to pick by task
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-import shlex
 import sys
 
 from absl import flags
 
-from tf_msemb.export import int8 as int8_flags
+from tf_msemb.inference import int8_export as int8_flags
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.inference.packed import INFERENCE_STREAMS
+from tf_msemb.models.pretrained import describe_source
 from tf_msemb.models.pretrained import load_pretrained
-from tf_msemb.models.pretrained import resolve_pretrained
+from tf_msemb.provenance import portable_command
 
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
 flags.DEFINE_string("output", None, "Export directory.")
@@ -63,8 +63,8 @@ def main(argv):
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams,
                               single_sentence=FLAGS.single_sentence,
-                              provenance={"kind": "pretrained", "source": resolve_pretrained(FLAGS.model),
-                                          "command": shlex.join(["python", *sys.argv])}, **int8)
+                              provenance={"kind": "pretrained", "source": describe_source(FLAGS.model),
+                                          "command": portable_command(["python", *sys.argv])}, **int8)
     print(f"Exported SavedModel: {path}")
 
 

@@ -24,7 +24,7 @@ import time
 
 from absl import flags
 
-from tf_msemb.export import int8 as int8_flags
+from tf_msemb.inference import int8_export as int8_flags
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.inference.int8_calibration import describe_fallback
 from tf_msemb.inference.int8_calibration import UNIT_LABELS

@@ -117,3 +117,21 @@ def test_the_support_check_answers_under_the_avx2_cap_and_does_not_abort():
 def test_every_isa_builds_on_the_ones_below_it():
     assert set(ISAS["avx2"]) <= set(ISAS["avx2_vnni_2"]) and set(ISAS["avx512_core_vnni"]) <= set(
         ISAS["avx10_1_512_amx"])
+
+
+def test_the_support_check_lets_a_bug_raise_instead_of_answering_unsupported(monkeypatch):
+    """A check that caught every exception would turn a bug into "int8 unsupported" and every int8 test into a skip;
+    only the CPU's features and TensorFlow's op registry may say no."""
+    from tf_msemb.inference import packed
+
+    def broken(environ=None):
+        raise KeyError("a bug in reading the CPU")
+
+    monkeypatch.setattr(packed, "this_cpu", broken)
+    packed.int8_support.cache_clear()
+    try:
+        with pytest.raises(KeyError, match="a bug in reading the CPU"):
+            packed.int8_support()
+    finally:
+        monkeypatch.undo()
+        packed.int8_support.cache_clear()

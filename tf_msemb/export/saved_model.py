@@ -41,6 +41,8 @@ from tf_msemb.inference.packed import INFERENCE_STREAMS
 from tf_msemb.inference.packed import PackedEncoder
 from tf_msemb.inference.packed import packed_support
 from tf_msemb.models.precision import with_precision
+from tf_msemb.provenance import describe_file
+from tf_msemb.provenance import portable_config
 
 OPERATIVE_CONFIG = "operative_config.gin"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
@@ -297,7 +299,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "tokenizer": {
             "class": type(tokenizer).__name__,
             "asset": os.path.basename(tokenizer.asset_file) if tokenizer.asset_file else None,
-            "config": keras.saving.serialize_keras_object(tokenizer)["config"],
+            "config": portable_config(keras.saving.serialize_keras_object(tokenizer)["config"]),
         },
         "encoder": keras.saving.serialize_keras_object(encoder),
     }
@@ -367,7 +369,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
         requirements = bfloat16_requirements() if precision == "mixed_bfloat16" else []
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
                              precision=precision, cpu_requirements=requirements)
-    module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
+    # The calibration text by name and line count: an export names no path of the machine that wrote it.
+    module.calibration = ({**describe_file(calibration_file), "sentences": calibration_sentences,
                            **packed_encoder.int8_report} if precision == "int8" else None)
     return module
 

@@ -1,4 +1,4 @@
-"""MTEB on exports (evaluation.mteb_*): scores by MTEB's own task classes against hand computations, prompts by
+"""MTEB on exports (evaluation.mteb): scores by MTEB's own task classes against hand computations, prompts by
 task, the command line with its results folder, and parity with sentence-transformers run by MTEB's own wrapper."""
 
 import json
@@ -15,7 +15,7 @@ pytest.importorskip("mteb", reason="the mteb extra is not installed")
 from conftest import REPO  # noqa: E402
 from conftest import SHARED_DATA  # noqa: E402
 from pretrained_checkpoints import checkpoint  # noqa: E402
-from tf_msemb.evaluation import mteb_run  # noqa: E402
+from tf_msemb.evaluation.mteb import run as mteb_run  # noqa: E402
 from tf_msemb.evaluation.encoding import load_model  # noqa: E402
 from tf_msemb.evaluation.mteb.encoder import ExportEncoder  # noqa: E402
 from tf_msemb.evaluation.mteb.tasks import local_bitext_mining  # noqa: E402
@@ -189,6 +189,39 @@ def test_the_command_scores_an_export_beside_sentence_transformers_on_the_same_w
     assert sorted(p.name for p in results.iterdir()) == ["sentence-transformers__bert_tokenizer_json",
                                                          "tf_msemb__tiny_st"]
     assert len(list(results.glob("*/*/LocalSTS-tiny-sts.json"))) == 2
+
+
+def test_all_exports_scores_every_step_of_a_run(tokenizer, tmp_path):
+    """`--all_exports`: a column per versioned export (and `export/best` where no step holds it), each its own."""
+    import shutil
+
+    import keras
+
+    from tf_msemb.export.saved_model import export_version
+    from tf_msemb.models.encoder import SentenceEncoder
+
+    run = tmp_path / "run"
+    for step in (5, 40):
+        keras.utils.set_random_seed(step)
+        encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
+                                  intermediate_dim=32, max_sequence_length=tokenizer.max_length)
+        export_version(tokenizer, encoder, str(run / "export"), step, final=step == 40)
+    shutil.copytree(run / "export" / "40", run / "export" / "best")
+    sts, _ = _write_local_files(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "tf_msemb.evaluate", "--task=mteb", f"--model={run}",
+                             "--all_exports", f"--mteb_sts={sts}", f"--mteb_output={tmp_path / 'mteb'}",
+                             f"--output={tmp_path / 'scores.json'}"], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    columns = json.loads((tmp_path / "scores.json").read_text())
+    assert list(columns) == ["tf_msemb/run-5", "tf_msemb/run-40"]  # best holds step 40: no column of its own
+    scores = [columns[name][0][3] for name in columns]
+    for step, score in zip((5, 40), scores):
+        first, second = vectors(str(run / "export" / str(step)), FIRST), vectors(str(run / "export" / str(step)),
+                                                                                   SECOND)
+        assert score == pytest.approx(100 * stats.spearmanr((first * second).sum(axis=1), GOLD)[0], abs=1e-4)
+    assert scores[0] != scores[1]
+    assert sorted(p.name for p in (tmp_path / "mteb" / "results").iterdir()) == ["tf_msemb__run-40",
+                                                                                 "tf_msemb__run-5"]
 
 
 def test_bad_task_specs_end_in_one_error_line(export, tmp_path):

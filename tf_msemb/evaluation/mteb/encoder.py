@@ -27,7 +27,7 @@ from mteb.models.abs_encoder import get_prompt_name
 from mteb.models.model_meta import ScoringFunction
 from mteb.types import PromptType
 
-from tf_msemb.evaluation.encoding import METADATA_FILE
+from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import resolve_export
