@@ -49,7 +49,7 @@ flags.DEFINE_bool("packed", True, "Inference on the real tokens only (--nopacked
 flags.DEFINE_integer("streams", INFERENCE_STREAMS, "Packed: sub-batches run side by side (serve with intra-op threads "
                      "at cores / streams).")
 flags.DEFINE_bool("single_sentence", False, "Packed: a request of one sentence takes a branch of its own with far "
-                  "fewer ops; in TF Serving's Session batches then run slower (README, \"Single requests\").")
+                  "fewer ops; in TF Serving's Session batches then run slower (docs/export.md, \"Single requests\").")
 int8_flags.define_flags()
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS

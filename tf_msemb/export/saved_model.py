@@ -335,15 +335,14 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     `calibration_sentences` lines of `calibration_file` (the last eighth
     held out to measure the choices) as `int8` says (an `Int8Options`:
     SmoothQuant alpha, activation ranges, bfloat16 fallback of the layers
-    that lose most; default `Int8Options()`): all-MiniLM-L6-v2 at a minimum cosine of 0.9938 to float32
-    (sentence-transformers' vectors of 1,014 Multi30k sentences,
-    `tools/benchmarks/bench_encode.py`) and 2.7 times its throughput on two
-    AVX512-VNNI cores (1,542 vs 570 sentences/s at intra-op threads 1);
-    its graph holds oneDNN ops that only x86-64 TensorFlow registers (the
-    metadata's `required_ops`); `int8_support` decides from the CPU's flags.
+    that lose most, the kernels of this CPU or `target`; default
+    `Int8Options()`; its measured quality and speed: docs/int8.md and
+    docs/cpus.md); its graph holds oneDNN ops that only x86-64 TensorFlow
+    registers (the metadata's `required_ops`) and checks the CPU when it
+    loads (`export.cpu_check`); `int8_support` decides from the CPU's flags.
     `streams`: side-by-side sub-batches of a packed export
     (`PackedEncoder.streams`, exact); serve it with TensorFlow's intra-op
-    threads at cores / streams (README, "Serving threads").
+    threads at cores / streams (docs/benchmarks.md, "Serving threads").
     `single_sentence`: a packed export encodes a request of one sentence on
     a branch of its own with a fraction of the ops
     (`PackedEncoder.single_sentence`; float32 within 1e-5 of the batch

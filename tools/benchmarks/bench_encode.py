@@ -25,7 +25,7 @@ runs `SentenceTransformer.encode` (normalized, same batches) in
 this CPU's instruction set), `openvino`, `openvino-qint8` (static int8
 calibrated offline on the first `--calibration_sentences` benchmark
 sentences). The ONNX and OpenVINO backends need sentence-transformers 5.x
-with `optimum[onnxruntime]` and `optimum-intel[openvino]` (README). Without
+with `optimum[onnxruntime]` and `optimum-intel[openvino]` (docs/benchmarks.md). Without
 a peer interpreter the table has our rows only.
 
 Every row's vectors are compared with the reference row (the peer's `torch`
@@ -42,7 +42,7 @@ or slower than the next.
 `--intra_op_threads` may repeat: each model then gets a row per setting
 (`intra 1`, `intra TF` for TensorFlow's default). A packed export's
 side-by-side sub-batches run fastest with intra-op threads at cores / streams
-(README, "Serving threads").
+(docs/benchmarks.md, "Serving threads").
 """
 
 import hashlib
