@@ -39,7 +39,13 @@ def test_the_commands_are_found():
     assert sum(argv[0].startswith(str(ROOT / "tools")) for argv, _ in COMMANDS) >= 15
 
 
-@pytest.mark.parametrize("argv,path", COMMANDS, ids=[" ".join(a).replace(str(ROOT) + "/", "") for a, _ in COMMANDS])
+# Each command starts TensorFlow (about 7 s): three in the default suite, every one with the slow tests.
+QUICK = ("-m tf_msemb.train", "-m tf_msemb.evaluate", "tools/export_pretrained.py")
+
+
+@pytest.mark.parametrize("argv,path", [
+    pytest.param(argv, path, marks=[] if " ".join(argv).replace(str(ROOT) + "/", "") in QUICK else [pytest.mark.slow],
+                 id=" ".join(argv).replace(str(ROOT) + "/", "")) for argv, path in COMMANDS])
 def test_help_prints_the_docstring_as_written(argv, path):
     source = path.read_text(encoding="utf-8")
     if "import torch" in source and importlib.util.find_spec("torch") is None:

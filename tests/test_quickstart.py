@@ -4,6 +4,8 @@ import json
 import pathlib
 import re
 
+import pytest
+
 from conftest import CORPUS as CORPUS_DIR
 from conftest import run
 from tf_msemb.quickstart import corpus_pairs
@@ -22,6 +24,7 @@ def test_the_dev_split_is_disjoint_from_training_and_named_by_package_paths():
         assert not dev & set((CORPUS / f"{split}.en.txt").read_text().splitlines())
 
 
+@pytest.mark.slow
 def test_quickstart_trains_exports_and_retrieves_held_out_translations(quickstart_run):
     work, outputs = quickstart_run
     assert "en-de: wrote 350 pairs" in outputs["records"]
@@ -71,6 +74,7 @@ def _places_tsv(path, split, lang):
     return str(path)
 
 
+@pytest.mark.slow
 def test_classifier_trained_on_english_places_transfers_to_german_and_french(quickstart_run, tmp_path):
     work, _ = quickstart_run
     train = _places_tsv(tmp_path / "places.en.tsv", "train", "en")

@@ -48,6 +48,7 @@ def moved(export, tmp_path):
     return elsewhere, card
 
 
+@pytest.mark.slow
 def test_every_python_snippet_of_the_card_runs_where_the_export_was_moved(moved):
     elsewhere, card = moved
     snippets = blocks(card, "python")
@@ -115,6 +116,7 @@ def _tiny_ranking(tokenizer):
     return model
 
 
+@pytest.mark.slow
 def test_a_training_export_s_card_names_its_recipe_data_start_and_dev_figures_up_to_its_step(tokenizer, tmp_path,
                                                                                               monkeypatch):
     run = tmp_path / "runs" / "exp1"
@@ -183,6 +185,7 @@ def test_export_pretrained_writes_a_card_naming_its_source(tmp_path):
     assert "| compute precision | float32 |" in card and "| CPU it needs (checked when it loads) | any |" in card
 
 
+@pytest.mark.slow
 @needs_int8
 def test_an_int8_card_names_its_calibration_and_what_it_needs_of_the_cpu(tmp_path):
     from tf_msemb.inference.int8_calibration import Int8Options

@@ -143,6 +143,7 @@ MIXED = ["Hi.", "", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten 
          "Une femme lit.", "x " * 60, "Zwei Kinder.", "A"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub_batch_size", [1, 4, 64])
 def test_length_sorted_sub_batches_return_the_same_vectors_in_order(exported, tokenizer, sub_batch_size):
     from tf_msemb.export.saved_model import EmbeddingModule

@@ -138,6 +138,7 @@ def test_the_bfloat16_fallback_computes_the_float_layer_in_bfloat16():
     assert not np.allclose(got.numpy(), want, atol=1e-5)  # it did round to bfloat16
 
 
+@pytest.mark.slow
 @needs_int8
 def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(deep_encoder):
     plain = _int8(deep_encoder, Int8Options(**WHOLE_RANGE)).int8_report
@@ -162,6 +163,7 @@ def test_the_report_finds_the_damaged_layer_and_the_budget_puts_it_in_bfloat16(d
     assert capped["fallback_layers"] == []
 
 
+@pytest.mark.slow
 @needs_int8
 def test_the_damaged_channel_stays_float32_and_its_layer_keeps_float32_quality(deep_encoder):
     whole = _int8(deep_encoder, Int8Options(**WHOLE_RANGE)).int8_report
@@ -181,6 +183,7 @@ def test_the_damaged_channel_stays_float32_and_its_layer_keeps_float32_quality(d
     assert cosines.mean() == pytest.approx(split["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
 
+@pytest.mark.slow
 @needs_int8
 def test_gelu_ranges_per_token_lose_less_and_are_what_is_exported(deep_encoder):
     # With the damaged channel in the int8 range, the tokens it is quiet in get levels of their own: the damaged
@@ -207,6 +210,7 @@ def test_gelu_ranges_per_token_lose_less_and_are_what_is_exported(deep_encoder):
     assert cosines.mean() == pytest.approx(token["sentence_cosine"]["exported"]["mean"], abs=1e-5)
 
 
+@pytest.mark.slow
 @needs_int8
 def test_smoothing_per_layer_keeps_the_best_candidate_of_each_layer(deep_encoder, caplog):
     fixed = _int8(deep_encoder, Int8Options(smoothing=0.5)).int8_report
@@ -219,6 +223,7 @@ def test_smoothing_per_layer_keeps_the_best_candidate_of_each_layer(deep_encoder
         assert layer["isolated_cosine"]["mean"] >= fixed_layer["isolated_cosine"]["mean"] - 1e-6
 
 
+@pytest.mark.slow
 @needs_int8
 def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_encoder):
     plain = _int8(deep_encoder, Int8Options(fallback_unit="block", **WHOLE_RANGE)).int8_report
@@ -246,6 +251,7 @@ def test_block_fallback_puts_only_the_damaged_feed_forward_in_bfloat16(deep_enco
     _assert_fallback_measured_and_better(deep_encoder, packed)
 
 
+@pytest.mark.slow
 @needs_int8
 def test_matmul_fallback_puts_only_the_damaged_second_feed_forward_matmul_in_bfloat16(deep_encoder):
     plain = _int8(deep_encoder, Int8Options(fallback_unit="matmul", **WHOLE_RANGE)).int8_report

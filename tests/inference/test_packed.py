@@ -126,7 +126,7 @@ def test_traced_with_unknown_batch_and_length(tokenizer):
         np.testing.assert_allclose(encode(tf.constant(texts)).numpy(), packed(ids).numpy(), atol=1e-6)
 
 
-@pytest.mark.parametrize("streams", [2, 3])
+@pytest.mark.parametrize("streams", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_side_by_side_sub_batches_give_every_sentence_its_own_vector(tokenizer, streams):
     """Every `streams`-th sentence by length per sub-batch, put back in the batch's order; fewer sentences than
     streams take the single-stream path. Traced and eager."""

@@ -200,6 +200,7 @@ def test_int8_asks_for_a_calibration_file_and_runs_packed_only():
         inference_module(tokenizer, encoder, precision="int8", packed=False, calibration_file="x.txt")
 
 
+@pytest.mark.slow
 @needs_int8
 @pytest.mark.skipif(not os.path.isdir(MULTI30K), reason=f"Multi30k is read from {MULTI30K}")
 def test_the_int8_export_of_minilm_stays_within_cosine_0_99_of_float32(tmp_path):

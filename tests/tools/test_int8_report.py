@@ -40,6 +40,7 @@ def test_prints_a_row_per_layer_and_writes_the_report(tmp_path):
     assert all(f"probe {name!r}: cosine" in result.stdout for name in PROBES)
 
 
+@pytest.mark.slow
 @needs_int8
 @pytest.mark.parametrize("unit", ["block", "matmul"])
 def test_block_and_matmul_fallback_print_each_unit_and_the_units_that_fell_back(tmp_path, unit):

@@ -57,6 +57,7 @@ def weighted_f1(labels, predictions):
     return total / len(labels)
 
 
+@pytest.mark.slow
 def test_sts_and_bitext_scores_are_mteb_s_own_on_the_export_s_vectors(export, tmp_path):
     first, second = vectors(export, FIRST), vectors(export, SECOND)
     spearman = 100 * stats.spearmanr(np.sum(first * second, axis=1), GOLD).statistic
@@ -106,6 +107,7 @@ def prompted_exports(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow
 def test_prompts_are_recorded_and_picked_as_sentence_transformers_picks_them(prompted_exports):
     import mteb
     from mteb.types import PromptType
@@ -161,6 +163,7 @@ def _write_local_files(directory):
     return str(sts), f"{directory}/tiny.deu-eng.deu,{directory}/tiny.deu-eng.eng"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _peer_available(), reason="sentence-transformers and torch are not installed here")
 def test_the_command_scores_an_export_beside_sentence_transformers_on_the_same_weights(tmp_path):
     """The tiny checkpoint exported, and the same directory run by MTEB's SentenceTransformerEncoderWrapper."""
@@ -191,6 +194,7 @@ def test_the_command_scores_an_export_beside_sentence_transformers_on_the_same_w
     assert len(list(results.glob("*/*/LocalSTS-tiny-sts.json"))) == 2
 
 
+@pytest.mark.slow
 def test_all_exports_scores_every_step_of_a_run(tokenizer, tmp_path):
     """`--all_exports`: a column per versioned export (and `export/best` where no step holds it), each its own."""
     import shutil
