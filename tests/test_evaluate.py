@@ -177,6 +177,7 @@ def model_dir(tokenizer, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_all_exports_tabulates_the_summary_metrics_over_steps(model_dir, tmp_path, capsys):
     english = _lines(tmp_path / "held.en", ["The woman reads a book.", "A dog runs in the park.", "We eat bread.",
                                             "The train is late today."])

@@ -18,8 +18,8 @@ ROOT = pathlib.Path(REPO)
 
 
 def _commands():
-    """`(argv, source path)` of every module of tf_msemb and script of tools/ that runs as a command."""
-    paths = sorted(ROOT.glob("tf_msemb/**/*.py")) + sorted(ROOT.glob("tools/*.py"))
+    """`(argv, source path)` of every module of tf_msemb and script under tools/ that runs as a command."""
+    paths = sorted(ROOT.glob("tf_msemb/**/*.py")) + sorted(ROOT.glob("tools/**/*.py"))
     for path in paths:
         if 'if __name__ == "__main__":' not in path.read_text(encoding="utf-8"):
             continue
@@ -35,11 +35,17 @@ COMMANDS = list(_commands())
 def test_the_commands_are_found():
     names = {" ".join(argv) for argv, _ in COMMANDS}
     assert {"-m tf_msemb.train", "-m tf_msemb.evaluate", "-m tf_msemb.pipelines.mine",
-            "-m tf_msemb.evaluation.mteb_peer"} <= names
+            "-m tf_msemb.evaluation.mteb.peer"} <= names
     assert sum(argv[0].startswith(str(ROOT / "tools")) for argv, _ in COMMANDS) >= 15
 
 
-@pytest.mark.parametrize("argv,path", COMMANDS, ids=[" ".join(a).replace(str(ROOT) + "/", "") for a, _ in COMMANDS])
+# Each command starts TensorFlow (about 7 s): three in the default suite, every one with the slow tests.
+QUICK = ("-m tf_msemb.train", "-m tf_msemb.evaluate", "tools/export_pretrained.py")
+
+
+@pytest.mark.parametrize("argv,path", [
+    pytest.param(argv, path, marks=[] if " ".join(argv).replace(str(ROOT) + "/", "") in QUICK else [pytest.mark.slow],
+                 id=" ".join(argv).replace(str(ROOT) + "/", "")) for argv, path in COMMANDS])
 def test_help_prints_the_docstring_as_written(argv, path):
     source = path.read_text(encoding="utf-8")
     if "import torch" in source and importlib.util.find_spec("torch") is None:

@@ -113,3 +113,26 @@ def test_only_the_pipelines_import_apache_beam():
     importers = {module for module, path, tree in _modules()
                  if any(name.split(".")[0] == "apache_beam" for name in _imported(module, path, tree))}
     assert importers and all(_node(module) == "pipelines" for module in importers), sorted(importers)
+
+
+def test_inference_only_code_sits_above_the_models_and_below_the_export():
+    """models/, objectives/ and training/ hold what training runs; inference/ builds on models/ and only the export
+    (and what configures it) imports it."""
+    graph = import_graph()
+    assert graph["inference"] <= {"models", "text", "text_files"}, graph["inference"]
+    importers = {node for node, targets in graph.items() if "inference" in targets}
+    assert importers == {"export", "configurables"}, importers
+
+
+def test_only_the_mteb_modules_import_mteb():
+    importers = {module for module, path, tree in _modules()
+                 if any(name.split(".")[0] == "mteb" for name in _imported(module, path, tree))}
+    assert importers and all(module.startswith("tf_msemb.evaluation.mteb.") for module in importers), sorted(importers)
+
+
+def test_the_export_metadata_file_is_named_in_one_place():
+    """Readers import `export.model_card.METADATA_FILE` instead of spelling the name again."""
+    spelled = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for module, path, tree in _modules()
+               for node in ast.walk(tree)
+               if isinstance(node, ast.Constant) and node.value == "tf_msemb_export.json"]
+    assert spelled == ["tf_msemb/export/model_card.py:25"], spelled

@@ -35,6 +35,7 @@ def progress_lines(stdout):
     return [PROGRESS.match(line) for line in stdout.splitlines() if PROGRESS.match(line)]
 
 
+@pytest.mark.slow
 def test_train_checkpoints_logs_and_exports_then_resumes(tmp_path, spm_model, quickstart_records):
     model_dir = tmp_path / "run"
     result = run_train(model_dir, spm_model, quickstart_records, "train.num_steps = 60", "train.log_every = 10",
@@ -70,6 +71,7 @@ def test_train_checkpoints_logs_and_exports_then_resumes(tmp_path, spm_model, qu
     assert not np.allclose(first_export, second_export)
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path, spm_model, quickstart_records):
     result = run_train(tmp_path / "m", spm_model, quickstart_records, "train.strategy = 'mirrored'",
                        "train.num_steps = 4", "train.log_every = 2", extra=["--cpu_devices=2"])
@@ -78,6 +80,7 @@ def test_mirrored_strategy_on_two_logical_cpus(tmp_path, spm_model, quickstart_r
     assert (tmp_path / "m" / "export" / "final" / "saved_model.pb").exists()
 
 
+@pytest.mark.slow
 def test_smoke_switch_shrinks_the_recipe(tmp_path, spm_model, quickstart_records):
     result = run_train(tmp_path / "s", spm_model, quickstart_records, extra=["--smoke"])
     assert result.returncode == 0, result.stderr[-3000:]
@@ -85,6 +88,7 @@ def test_smoke_switch_shrinks_the_recipe(tmp_path, spm_model, quickstart_records
     assert "train.num_steps = 3" in (tmp_path / "s" / "operative_config.gin").read_text()
 
 
+@pytest.mark.slow
 def test_objective_features_and_exports_reach_the_trainer(tmp_path, spm_model, quickstart_records):
     """MoCo with two encoders and the NLI head: its declared NLI batches are read, both towers exported."""
     rows = [{"sentence1": f"A man plays {i}.", "sentence2": "Someone plays.", "gold_label": "entailment"}
@@ -224,6 +228,7 @@ def test_bfloat16_with_xla_trains_and_exports_float32(tmp_path, spm_model, quick
     assert floating == {tf.float32}
 
 
+@pytest.mark.slow
 def test_gradient_caching_through_the_command_line_trains(tmp_path, spm_model, quickstart_records):
     """`train.gradient_cache_chunk` reaches the objective (exact resume: tests/training/test_resume.py)."""
     result = run_train(tmp_path / "run", spm_model, quickstart_records, "train.num_steps = 8",

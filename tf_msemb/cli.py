@@ -64,6 +64,8 @@ def call(main, argv, verbose):
         message = None if verbose else one_line(e)
         if message is None:
             raise
+        if getattr(e, "stderr", None):  # a child interpreter's own messages (InterpreterError), before our line
+            sys.stderr.write(e.stderr.rstrip("\n") + "\n")
         raise SystemExit(f"error: {message}") from None
 
 

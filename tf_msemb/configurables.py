@@ -24,7 +24,7 @@ from tf_msemb.objectives import ems  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
 from tf_msemb.objectives import siamese_similarity  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401
-from tf_msemb.models.int8_calibration import Int8Options
+from tf_msemb.inference.int8_calibration import Int8Options
 from tf_msemb.quickstart import corpus_pairs
 from tf_msemb.text.tokenizers import SentencePieceTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer

@@ -43,9 +43,9 @@ from tf_msemb.evaluation.multilingual_dev import FIGURES
 from tf_msemb.evaluation.multilingual_dev import PARTS
 from tf_msemb.evaluation.multilingual_dev import MultilingualDev
 from tf_msemb.evaluation.multilingual_dev import figures
-from tf_msemb.evaluation.peers import PeerEncoder
-from tf_msemb.evaluation.peers import check_interpreter
-from tf_msemb.evaluation.peers import parse_peer
+from tf_msemb.evaluation.peers.encoders import PeerEncoder
+from tf_msemb.evaluation.peers.encoders import check_interpreter
+from tf_msemb.evaluation.peers.encoders import parse_peer
 from tf_msemb.evaluation.tables import text_table
 from tf_msemb.text_files import CorpusError
 

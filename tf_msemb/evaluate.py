@@ -42,7 +42,7 @@ held-out `--pair=SRC_FILE,TGT_FILE`: `mse_src` (source side), `mse_tgt`
 unit vectors (see `evaluation.distillation`).
 
 mteb: MTEB (the `mteb` extra) on the export, through
-`evaluation.mteb_encoder.ExportEncoder` (the export's named prompts applied by
+`evaluation.mteb.encoder.ExportEncoder` (the export's named prompts applied by
 task, as MTEB applies a sentence-transformers model's): MTEB's tasks named in
 `--mteb_tasks` (their data from the Hugging Face Hub; `--mteb_languages`
 narrows multilingual ones), local STS sets (`--mteb_sts=FILE[,LANG]`, STS
@@ -225,11 +225,21 @@ def mteb_prompts():
     return prompts or None
 
 
+def export_paths():
+    """`--model`, or with `--all_exports` its run's versioned exports in step order and `export/best` where the step
+    it holds has no versioned export."""
+    if not FLAGS.all_exports:
+        return [FLAGS.model]
+    exports = numbered_exports(FLAGS.model)
+    best = best_export(FLAGS.model, [step for step, _ in exports])
+    return [path for _, path in exports] + ([best] if best else [])
+
+
 def run_mteb():
     """`--task=mteb`: the export and every `--mteb_peer` on the same tasks; `{model name: main scores}`."""
     try:
-        from tf_msemb.evaluation import mteb_run
-        from tf_msemb.evaluation.mteb_encoder import ExportEncoder
+        from tf_msemb.evaluation.mteb import run as mteb_run
+        from tf_msemb.evaluation.mteb.encoder import ExportEncoder
     except ImportError as e:
         raise ImportError(f"--task=mteb needs the mteb extra (pip install 'tf_msemb[mteb]'): {e}") from e
 
@@ -239,9 +249,11 @@ def run_mteb():
     if not tasks:
         raise CorpusError("mteb needs --mteb_tasks=NAME,..., --mteb_sts=FILE or --mteb_bitext=SRC_FILE,TGT_FILE")
     mteb_run.check_names(tasks)
-    model = ExportEncoder(FLAGS.model, FLAGS.batch_size, mteb_prompts())
-    columns = {model.mteb_model_meta.name: mteb_run.evaluate(model, tasks, FLAGS.mteb_output, FLAGS.batch_size,
-                                                             show_progress_bar=True)}
+    columns = {}
+    for path in export_paths():
+        model = ExportEncoder(path, FLAGS.batch_size, mteb_prompts())
+        columns[model.mteb_model_meta.name] = mteb_run.evaluate(model, tasks, FLAGS.mteb_output, FLAGS.batch_size,
+                                                                show_progress_bar=True)
     for peer in FLAGS.mteb_peer:
         name, scores = mteb_run.evaluate_peer(FLAGS.peer_python, peer, FLAGS.mteb_tasks, local, FLAGS.mteb_output,
                                               FLAGS.batch_size, FLAGS.mteb_languages, mteb_prompts())

@@ -12,8 +12,8 @@ inference on padded batches instead of the real tokens only, and
 `--sub_batch_size` sets their length-sorted sub-batches (0: off).
 `--precision=int8` runs the layers' matmuls on 8-bit integers, calibrated on
 the first `--calibration_sentences` lines of `--calibration_file` (see
-`tf_msemb.models.quantization`; needs TensorFlow's oneDNN kernels), as the
-`--int8_*` flags say (`tf_msemb.models.int8_calibration`: SmoothQuant alpha
+`tf_msemb.inference.quantization`; needs TensorFlow's oneDNN kernels), as the
+`--int8_*` flags say (`tf_msemb.inference.int8_calibration`: SmoothQuant alpha
 per layer, percentile or MSE ranges, bfloat16 fallback of the layers that
 lose most against a cosine budget); `tools/int8_report.py` shows per layer
 what each choice costs.
@@ -26,16 +26,16 @@ checkpoint's named prompts stay in the metadata for callers to pick by task
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-import shlex
 import sys
 
 from absl import flags
 
-from tf_msemb.export import int8 as int8_flags
+from tf_msemb.inference import int8_export as int8_flags
 from tf_msemb.export.saved_model import export_saved_model
-from tf_msemb.models.packed import INFERENCE_STREAMS
+from tf_msemb.inference.packed import INFERENCE_STREAMS
+from tf_msemb.models.pretrained import describe_source
 from tf_msemb.models.pretrained import load_pretrained
-from tf_msemb.models.pretrained import resolve_pretrained
+from tf_msemb.provenance import portable_command
 
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")
 flags.DEFINE_string("output", None, "Export directory.")
@@ -49,7 +49,7 @@ flags.DEFINE_bool("packed", True, "Inference on the real tokens only (--nopacked
 flags.DEFINE_integer("streams", INFERENCE_STREAMS, "Packed: sub-batches run side by side (serve with intra-op threads "
                      "at cores / streams).")
 flags.DEFINE_bool("single_sentence", False, "Packed: a request of one sentence takes a branch of its own with far "
-                  "fewer ops; in TF Serving's Session batches then run slower (README, \"Single requests\").")
+                  "fewer ops; in TF Serving's Session batches then run slower (docs/export.md, \"Single requests\").")
 int8_flags.define_flags()
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
@@ -63,8 +63,8 @@ def main(argv):
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams,
                               single_sentence=FLAGS.single_sentence,
-                              provenance={"kind": "pretrained", "source": resolve_pretrained(FLAGS.model),
-                                          "command": shlex.join(["python", *sys.argv])}, **int8)
+                              provenance={"kind": "pretrained", "source": describe_source(FLAGS.model),
+                                          "command": portable_command(["python", *sys.argv])}, **int8)
     print(f"Exported SavedModel: {path}")
 
 

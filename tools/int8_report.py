@@ -5,7 +5,7 @@
         [--int8_fallback_cosine=0.995] [--int8_gelu_range=token] [--output=report.json]
 
 Calibrates the int8 encoder exactly as `tools/export_pretrained.py
---precision=int8` would with the same flags (`tf_msemb.export.int8`), without
+--precision=int8` would with the same flags (`tf_msemb.inference.int8_export`), without
 writing an export, and prints a row per layer: the precision and SmoothQuant
 alpha chosen, the GELU output channels kept in float32
 (`--int8_outlier_channels`), the mean and least token cosine of the layer's
@@ -24,11 +24,11 @@ import time
 
 from absl import flags
 
-from tf_msemb.export import int8 as int8_flags
+from tf_msemb.inference import int8_export as int8_flags
 from tf_msemb.models.encoder import ensure_built
-from tf_msemb.models.int8_calibration import describe_fallback
-from tf_msemb.models.int8_calibration import UNIT_LABELS
-from tf_msemb.models.int8_calibration import describe_outliers
+from tf_msemb.inference.int8_calibration import describe_fallback
+from tf_msemb.inference.int8_calibration import UNIT_LABELS
+from tf_msemb.inference.int8_calibration import describe_outliers
 from tf_msemb.models.pretrained import load_pretrained
 
 flags.DEFINE_string("model", None, "A load_pretrained name, local directory or keras-hub preset.")

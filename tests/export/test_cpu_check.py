@@ -18,10 +18,10 @@ from tf_msemb.export.saved_model import METADATA_FILE
 from tf_msemb.export.saved_model import EmbeddingModule
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import SIGNATURE
-from tf_msemb.models.cpu_features import this_cpu
+from tf_msemb.inference.cpu_features import this_cpu
 from tf_msemb.models.encoder import SentenceEncoder
-from tf_msemb.models.int8_calibration import Int8Options
-from tf_msemb.models.packed import int8_support
+from tf_msemb.inference.int8_calibration import Int8Options
+from tf_msemb.inference.packed import int8_support
 
 # A consumer's process: TensorFlow and tensorflow-text only. Exit 3 with the error's message, or print the vectors.
 CONSUMER = """
@@ -77,7 +77,8 @@ def needs_avx512(tokenizer, encoder, tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("kind", CONSUMERS)
+@pytest.mark.parametrize("kind", [pytest.param(kind, marks=[pytest.mark.slow] if kind != "saved_model" else [])
+                                  for kind in CONSUMERS])
 def test_every_loader_stops_with_the_missing_feature_on_a_cpu_without_it(needs_avx512, kind):
     vectors, message = _consume(kind, needs_avx512, **AVX2)
     assert vectors is None
@@ -102,6 +103,7 @@ def test_the_evaluation_cli_prints_one_error_line(needs_avx512, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_bfloat16_export_stops_only_where_onednn_would_get_its_matmuls(tokenizer, encoder, tmp_path):
     path = export_saved_model(tokenizer, encoder, str(tmp_path / "bf16"), precision="mixed_bfloat16")
     needs = json.load(open(os.path.join(path, METADATA_FILE), encoding="utf-8"))["cpu_requirements"]
@@ -117,6 +119,7 @@ def test_a_bfloat16_export_stops_only_where_onednn_would_get_its_matmuls(tokeniz
     assert json.load(open(os.path.join(float32, METADATA_FILE), encoding="utf-8"))["cpu_requirements"] == []
 
 
+@pytest.mark.slow
 @needs_int8
 @pytest.mark.parametrize("target", ["native", "avx2"])
 def test_an_int8_export_names_its_needs_and_the_avx2_target_runs_under_the_cap(tokenizer, encoder, tmp_path, target):

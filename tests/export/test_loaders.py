@@ -21,8 +21,8 @@ from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import WARMUP_BATCH
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.int8_calibration import Int8Options
-from tf_msemb.models.packed import INT8_REQUIRED_OPS
+from tf_msemb.inference.int8_calibration import Int8Options
+from tf_msemb.inference.packed import INT8_REQUIRED_OPS
 from tf_msemb.quickstart import CORPUS_DIR
 
 CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loader_checks.py")
@@ -46,8 +46,8 @@ SESSION_TOLERANCE = {"float32": 1e-6, "padded": 1e-6, "mixed_bfloat16": 1e-5, "i
                      # The batch branch is a called function, which a v1 Session runs without TensorFlow's oneDNN
                      # rewrites: attention's bfloat16 matmuls round otherwise (max difference 5.6e-3 measured).
                      "int8_single": 2e-2, "int8_token": 1e-5}
-# float32 packed is the default export and int8 the one with internal ops; the other two run with the slow tests.
-SLOW = ("padded", "mixed_bfloat16", "int8_single", "int8_token")
+# float32 packed is the default export and int8 the one with internal ops; the others run with the slow tests.
+SLOW = ("padded", "mixed_bfloat16", "float32_single", "int8_single", "int8_token")
 PRECISIONS = [pytest.param(name, marks=(INT8_MARKS if name.startswith("int8") else
                                          BFLOAT16_MARKS if name == "mixed_bfloat16" else [])
                            + ([pytest.mark.slow] if name in SLOW else []))
@@ -153,6 +153,7 @@ def _check_gradients(path, tokenizer, encoder, precision, tmp_path):
             assert np.abs(result[f"grad_{key}_{i}"] - want).max() <= GRADIENT_TOLERANCE[precision] * scale, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_gradients_reach_every_trainable_variable_through_the_restored_call(exports, tokenizer, encoder, precision,
                                                                              tmp_path):
@@ -166,6 +167,7 @@ def test_a_bert_export_below_float32_differentiates_past_its_frozen_pooler(expor
     _check_gradients(exports(precision, "bert"), *bert, precision, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_hub_keras_layer_fine_tunes_the_encoder(exports, encoder, precision, tmp_path):
     path = exports(precision)

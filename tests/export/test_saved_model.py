@@ -143,6 +143,7 @@ MIXED = ["Hi.", "", "Ein Mann spielt Gitarre auf einer Bühne vor vielen Leuten 
          "Une femme lit.", "x " * 60, "Zwei Kinder.", "A"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sub_batch_size", [1, 4, 64])
 def test_length_sorted_sub_batches_return_the_same_vectors_in_order(exported, tokenizer, sub_batch_size):
     from tf_msemb.export.saved_model import EmbeddingModule
@@ -269,7 +270,7 @@ def test_one_thread_gives_the_same_vectors(fixture, request, tmp_path):
 def test_internal_ops_lists_the_underscore_ops_a_graph_holds(tmp_path):
     """Building a graph with an internal op needs no kernel, so this runs on every CPU."""
     from tf_msemb.export.saved_model import internal_ops
-    from tf_msemb.models import onednn
+    from tf_msemb.inference import onednn
 
     class Fused(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
@@ -290,7 +291,7 @@ def test_internal_ops_lists_the_underscore_ops_a_graph_holds(tmp_path):
 def test_an_int8_export_on_a_tensorflow_without_the_ops_stops_with_one_line_naming_the_fallback(
         tokenizer, monkeypatch, tmp_path):
     """The support check reads TensorFlow's op registry (building a probe graph could abort the process)."""
-    from tf_msemb.models import packed
+    from tf_msemb.inference import packed
     from tf_msemb.training.errors import one_line
 
     registered = packed.op_def_registry.get

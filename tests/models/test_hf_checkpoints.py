@@ -1,6 +1,6 @@
 """Local Hugging Face / sentence-transformers checkpoints of each supported architecture against the reference.
 
-Fixtures: tools/make_parity_fixtures.py (torch 2.13.0, sentence-transformers 6.2), no torch here.
+Fixtures: tools/fixtures/make_parity_fixtures.py (torch 2.13.0, sentence-transformers 6.2), no torch here.
 """
 
 import json
@@ -44,10 +44,13 @@ def test_ids_settings_and_vectors_equal_the_reference(loaded):
     np.testing.assert_allclose(encoder(tokenizer(sentences)).numpy(), reference["vectors"], rtol=0, atol=1e-5)
 
 
-def test_an_export_reloads_with_the_same_vectors(loaded, tmp_path):
+# A SavedModel a kind: the first kind in the default suite, the rest with the slow tests.
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if name != NAMES[0] else [])
+                                  for name in NAMES])
+def test_an_export_reloads_with_the_same_vectors(name, tmp_path):
     from tf_msemb.export.saved_model import export_saved_model
 
-    name, (tokenizer, encoder) = loaded
+    tokenizer, encoder = load_pretrained(os.path.join(FIXTURES, name))
     reference = load_reference(name)
     model = tf.saved_model.load(export_saved_model(tokenizer, encoder, str(tmp_path / name)))
     # Raw strings in: a default prompt is applied inside.

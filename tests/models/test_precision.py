@@ -46,6 +46,7 @@ def test_bfloat16_computes_in_bfloat16_and_keeps_float32_weights():
     assert all(v.dtype == "float32" for v in encoder.trainable_variables)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision, tolerance", [pytest.param("mixed_bfloat16", 0.03, marks=BFLOAT16_MARKS),
                                                   ("mixed_float16", 0.005)])
 def test_mixed_precision_losses_match_float32(precision, tolerance):

@@ -22,7 +22,7 @@ def minilm():
 
 
 def test_vectors_match_sentence_transformers(minilm):
-    """Reference: tools/make_teacher_fixture.py (sentence-transformers 6.2, torch 2.13.0 CPU)."""
+    """Reference: tools/fixtures/make_teacher_fixture.py (sentence-transformers 6.2, torch 2.13.0 CPU)."""
     tokenizer, encoder = minilm
     reference = np.load(FIXTURE)
     sentences, expected = reference["sentences"].tolist(), reference["vectors"]
@@ -61,6 +61,7 @@ def test_missing_directory_is_named(tmp_path):
         load_pretrained(str(tmp_path / "not-there"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["float32", pytest.param("mixed_bfloat16", marks=BFLOAT16_MARKS)])
 def test_teacher_exports_as_a_raw_string_savedmodel(minilm, tmp_path, precision):
     """The packed inference path (default) on the real BERT weights, in both precisions, against sentence-transformers."""
@@ -105,6 +106,7 @@ def test_a_max_length_beyond_the_position_table_is_refused():
         load_pretrained("all-MiniLM-L6-v2", max_length=1000)
 
 
+@pytest.mark.slow
 def test_text_normalization_is_an_option_that_the_export_keeps(tmp_path):
     """Seed 000 collapses quote and dash variants before tokenizing; off by default, as the model was trained."""
     from tf_msemb.export.saved_model import export_saved_model

@@ -1,6 +1,6 @@
 """sentence-transformers' Pooling, Dense, Normalize modules and prompts of local checkpoints against the reference.
 
-Fixtures: tools/make_parity_fixtures.py (bert_tokenizer_json: mean+cls pooling, Dense 64 -> 24 tanh, Normalize;
+Fixtures: tools/fixtures/make_parity_fixtures.py (bert_tokenizer_json: mean+cls pooling, Dense 64 -> 24 tanh, Normalize;
 roberta_tokenizer_json: 2.x flags cls+mean+mean_sqrt_len; xlm_roberta_tokenizer_json: prompts, default "query").
 """
 

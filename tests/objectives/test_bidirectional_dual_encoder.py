@@ -72,6 +72,7 @@ def test_unidirectional_baseline_ranks_targets_only():
 
 
 # Raw dot products give larger gradients than cosines: a smaller step keeps float32 summation-order noise in 1e-5.
+@pytest.mark.slow
 @pytest.mark.parametrize("scoring,scale,learning_rate,length_penalty", [("cosine", 10.0, 1.0, 0.0),
                                                                        ("dot", 1.0, 0.1, 0.1)])
 @pytest.mark.parametrize("hard", [0, 2])
@@ -86,6 +87,7 @@ def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy,
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scoring,scale,length_penalty", [("cosine", 10.0, 0.0), ("dot", 1.0, 11.0)])
 def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path, scoring, scale, length_penalty):
     from conftest import corpus_file

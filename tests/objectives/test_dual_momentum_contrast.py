@@ -82,6 +82,7 @@ def test_separate_encoders_have_their_own_weights():
         _model(50, "sgd", queue_size=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("separate", [False, True])
 def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy, separate):
     """Two steps, so the second one scores against queues filled with the global batch."""

@@ -206,6 +206,7 @@ def _two_replica_step(strategy, make_model, batch):
     return {k: float(v) for k, v in logs.items()}, [after - before for after, before in zip(model.get_weights(), initial)]
 
 
+@pytest.mark.slow
 def test_per_replica_negatives_differ_from_gathered_ones_under_two_replicas(two_device_strategy):
     """`gather_negatives=False` is the paper's per-GPU batch: each replica's loss and gradient see only its half."""
     batch = _batch(np.random.default_rng(3))

@@ -164,6 +164,7 @@ def test_with_dropout_the_cached_step_has_the_full_batch_gradient_under_the_same
     _assert_same(cached, reference)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bide_ams_hard_negatives", "ems_shared_output_embedding"])
 def test_with_dropout_a_traced_cached_step_draws_the_same_masks_twice(name):
     """In a `tf.function` the seed writes and the dropout reads of both passes keep their order."""
@@ -230,6 +231,7 @@ def test_masks_depend_on_the_step_and_seed_only_so_a_resumed_run_draws_the_same(
     assert max(np.abs(a[k] - c[k]).max() for k in a) > 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_two_replicas_with_chunks_equal_one_replica_with_the_full_batch(two_device_strategy, dropout):
     """Hard negatives and the margin included; chunks are numbered across replicas, so masks agree as well."""
@@ -239,6 +241,7 @@ def test_two_replicas_with_chunks_equal_one_replica_with_the_full_batch(two_devi
                        optimizer=keras.optimizers.SGD(1.0)), data, two_device_strategy, steps=2)
 
 
+@pytest.mark.slow
 def test_two_replicas_with_chunks_equal_the_plain_full_batch_step(two_device_strategy):
     """Without dropout, the cached two-replica step equals the plain one-replica one."""
     data = _batch()

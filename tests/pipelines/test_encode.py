@@ -19,6 +19,7 @@ def _corpus(tmp_path):
     return [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")], first, lines[140:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_the_pipeline_vectors_are_the_exports_under_first_occurrence_ids(export, tmp_path, beam_options, dtype):
     files, first, second = _corpus(tmp_path)

@@ -61,6 +61,7 @@ def _one_sided_threshold(x, y):
     return (split[len(split) // 2][0] + split[len(split) // 2][1]) / 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("selection, threshold, margin", [("max", None, "ratio"), ("intersect", 1.05, "ratio"),
                                                           ("intersect", "split", "rescore_one_sided")])
 def test_exact_blocks_mine_the_pairs_and_scores_of_one_machine(tmp_path, beam_options, selection, threshold, margin):
@@ -79,6 +80,7 @@ def test_exact_blocks_mine_the_pairs_and_scores_of_one_machine(tmp_path, beam_op
         assert mined[src[i], tgt[j]] == pytest.approx(score, abs=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", ["exact", "ivf"])
 def test_empty_shards_and_shards_smaller_than_k(tmp_path, beam_options, index):
     (x, src), (y, tgt) = _pools(n_x=3, n_y=120, translated=3)
@@ -88,6 +90,7 @@ def test_empty_shards_and_shards_smaller_than_k(tmp_path, beam_options, index):
     assert mined == pytest.approx({(src[i], tgt[j]): s for s, i, j in expected}, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_ivf_probing_every_cell_is_exact_and_few_cells_keep_most_pairs(tmp_path, beam_options):
     (x, src), (y, tgt) = _pools(seed=1)
     src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 3)
@@ -122,6 +125,7 @@ def test_ivf_with_few_cells_mines_what_one_index_with_the_same_cells_mines(tmp_p
     assert not os.path.exists(f"{output}.cells")
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_a_line_per_stage_and_one_error_line(tmp_path):
     (x, src), (y, tgt) = _pools(n_x=60, n_y=50, translated=40)
     src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 2)

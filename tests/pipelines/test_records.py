@@ -121,6 +121,7 @@ class FailingFirstAttempt(records.WriteShard):
         yield from super().process(element)
 
 
+@pytest.mark.slow
 def test_a_stage_that_failed_half_way_reruns_to_every_row_once(tmp_path, beam_options, monkeypatch):
     ship_by_value(__name__)
     files = _corpus(tmp_path)
@@ -142,6 +143,7 @@ def _cli(tmp_path, *args):
                            f"--output_dir={tmp_path / 'out'}"], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_or_misaligned_files_stop_with_one_error_line(tmp_path):
     files = _corpus(tmp_path)
     broken = tmp_path / "broken.de.gz"

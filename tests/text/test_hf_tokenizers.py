@@ -1,4 +1,4 @@
-"""Token ids of the Hugging Face tokenizer families against the reference (tools/make_parity_fixtures.py)."""
+"""Token ids of the Hugging Face tokenizer families against the reference (tools/fixtures/make_parity_fixtures.py)."""
 
 import json
 import os

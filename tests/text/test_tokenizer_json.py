@@ -1,4 +1,4 @@
-"""Tokenizers from tokenizer.json alone against the reference (tools/make_parity_fixtures.py), and their errors."""
+"""Tokenizers from tokenizer.json alone against the reference (tools/fixtures/make_parity_fixtures.py), and their errors."""
 
 import base64
 import json

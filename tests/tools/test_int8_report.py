@@ -11,8 +11,8 @@ import pytest
 from conftest import REPO
 from pretrained_checkpoints import checkpoint
 from conftest import needs_int8
-from tf_msemb.export.int8 import PROBES
-from tf_msemb.models.int8_calibration import UNIT_LABELS
+from tf_msemb.inference.int8_export import PROBES
+from tf_msemb.inference.int8_calibration import UNIT_LABELS
 
 TOOL = os.path.join(REPO, "tools", "int8_report.py")
 
@@ -40,6 +40,7 @@ def test_prints_a_row_per_layer_and_writes_the_report(tmp_path):
     assert all(f"probe {name!r}: cosine" in result.stdout for name in PROBES)
 
 
+@pytest.mark.slow
 @needs_int8
 @pytest.mark.parametrize("unit", ["block", "matmul"])
 def test_block_and_matmul_fallback_print_each_unit_and_the_units_that_fell_back(tmp_path, unit):

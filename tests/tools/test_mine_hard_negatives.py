@@ -3,6 +3,7 @@
 import json
 import os
 
+import pytest
 import tensorflow as tf
 
 from conftest import REPO
@@ -27,6 +28,7 @@ def _records(manifest):
     return rows
 
 
+@pytest.mark.slow
 def test_mined_records_feed_the_hard_negatives_feature_and_a_rerun_resumes(tokenizer, tmp_path):
     encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32,
                               max_sequence_length=tokenizer.max_length, pooling=["mean", "max", "first"], pooled_dim=12)

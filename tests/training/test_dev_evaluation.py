@@ -71,6 +71,7 @@ def _results(model_dir):
     return [json.loads(line) for line in (model_dir / "eval_results.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_dev_figures_equal_the_exports_and_the_best_step_is_kept(tmp_path, tokenizer, quickstart_records):
     model_dir = tmp_path / "run"
     evaluator = HeldoutRetrieval()
@@ -110,6 +111,7 @@ class ScriptedMetric(Evaluator):
         return {"set": {"score": next(self.values), "size": 1}}
 
 
+@pytest.mark.slow
 def test_the_peak_is_kept_across_a_resume_and_early_stopping_ends_the_run(tmp_path, tokenizer, quickstart_records):
     model_dir = tmp_path / "run"
     options = dict(eval_every=10, best_metric="scripted/score", patience=5)
@@ -150,6 +152,7 @@ class ScriptedThenInterrupted(ScriptedMetric):
             raise Interrupted() from None
 
 
+@pytest.mark.slow
 def test_a_checkpoint_on_an_evaluation_step_keeps_that_evaluation(tmp_path, tokenizer, quickstart_records):
     model_dir = tmp_path / "run"
     options = dict(num_steps=40, eval_every=20, best_metric="scripted/score")

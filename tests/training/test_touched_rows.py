@@ -10,6 +10,8 @@ from tf_msemb.training.fused_adam import FusedAdamW
 from tf_msemb.training.optimizers import make_optimizer
 from tf_msemb.training.touched_rows import TouchedRowsAdam
 from tf_msemb.training.touched_rows import TouchedRowsAdamW
+from tf_msemb.training.touched_rows import TouchedRowsUnfusedAdam
+from tf_msemb.training.touched_rows import TouchedRowsUnfusedAdamW
 
 OPTIONS = {"learning_rate": 0.05, "beta_1": 0.8, "beta_2": 0.95, "epsilon": 0.01}
 ROWS, WIDTH = 6, 3
@@ -64,7 +66,9 @@ def _every_row_steps():
 
 
 @pytest.mark.parametrize("touched, dense, options", [
-    (TouchedRowsAdamW, FusedAdamW, {"weight_decay": 0.1}), (TouchedRowsAdam, FusedAdam, {})])
+    (TouchedRowsAdamW, FusedAdamW, {"weight_decay": 0.1}), (TouchedRowsAdam, FusedAdam, {}),
+    (TouchedRowsUnfusedAdamW, keras.optimizers.AdamW, {"weight_decay": 0.1}),
+    (TouchedRowsUnfusedAdam, keras.optimizers.Adam, {})])
 def test_steps_that_touch_every_row_are_dense_adam_s_steps(touched, dense, options):
     """Every row in every step (row 2 twice: summed before squaring, as the dense gradient sums it): the same
     weights as dense Adam to float rounding, the bias exempt from the decay in both."""
@@ -114,6 +118,12 @@ def test_global_clipnorm_clips_slices_as_it_clips_the_dense_gradient():
 def test_the_option_names_its_optimizers():
     assert isinstance(make_optimizer(10, name="adamw", embedding_update="touched_rows"), TouchedRowsAdamW)
     assert isinstance(make_optimizer(10, name="adam", embedding_update="touched_rows"), TouchedRowsAdam)
+    # fused=False keeps Keras' elementwise update for the dense variables, touched rows or not.
+    for name, plain in (("adamw", keras.optimizers.AdamW), ("adam", keras.optimizers.Adam)):
+        unfused = make_optimizer(10, name=name, embedding_update="touched_rows", fused=False)
+        assert unfused.touched_rows and type(unfused).__mro__[2] is plain, type(unfused).__mro__
+        assert not isinstance(unfused, (FusedAdam, FusedAdamW))
+        assert not isinstance(make_optimizer(10, name=name, fused=False), (FusedAdam, FusedAdamW))
     with pytest.raises(ValueError, match="'adam' and 'adamw', not 'lars'"):
         make_optimizer(10, name="lars", embedding_update="touched_rows")
     with pytest.raises(ValueError, match="embedding_update is 'sparse'"):

@@ -34,6 +34,7 @@ def _moco(tokenizer, separate):
     return model
 
 
+@pytest.mark.slow
 def test_exporter_writes_every_model_the_objective_names(tokenizer, tmp_path):
     model = _moco(tokenizer, separate=True)
     assert set(model.exports()) == {"encoder", "target"}

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
-METADATA_FILE = "tf_msemb_export.json"  # what tf_msemb.export writes beside each SavedModel
+from tf_msemb.export.model_card import METADATA_FILE
 
 
 def resolve_export(path):

@@ -1,6 +1,6 @@
 """What an export needs of the CPU, recorded in its metadata and checked in its graph when it loads.
 
-oneDNN aborts the process on a kernel it lacks (`models.cpu_features`): an
+oneDNN aborts the process on a kernel it lacks (`inference.cpu_features`): an
 int8 export written for AVX-512 would kill a TF Serving on an AVX2 machine
 at its first request. So an export whose kernels need more than plain
 x86-64 carries a `CpuCheck`: a resource whose initializer reads the CPU's
@@ -19,11 +19,11 @@ import uuid
 
 import tensorflow as tf
 
-from tf_msemb.models.cpu_features import BFLOAT16_ISAS
-from tf_msemb.models.cpu_features import CAP_VARIABLES
-from tf_msemb.models.cpu_features import ISAS
-from tf_msemb.models.cpu_features import ONEDNN_DEFAULT_FLAGS
-from tf_msemb.models.cpu_features import ISA_ALIASES
+from tf_msemb.inference.cpu_features import BFLOAT16_ISAS
+from tf_msemb.inference.cpu_features import CAP_VARIABLES
+from tf_msemb.inference.cpu_features import ISAS
+from tf_msemb.inference.cpu_features import ONEDNN_DEFAULT_FLAGS
+from tf_msemb.inference.cpu_features import ISA_ALIASES
 
 # What to do instead, by the kind of export.
 INT8_ADVICE = ("export it again on this machine (or with --int8_target=avx2, which runs on every x86-64 CPU with "

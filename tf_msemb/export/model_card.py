@@ -7,8 +7,11 @@ export needs), where it came from (the metadata's `provenance`: recipe, gin
 config, data, steps, start checkpoint, or the pretrained source), how well it
 does (the run's dev figures and the step chosen as best) and how to load it:
 `tf.saved_model.load`, Keras 3 `TFSMLayer`, `hub.KerasLayer`, TF Serving's
-`models.config` and the Beam encode pipeline, each a snippet that runs as
-written on this directory (`tests/export/test_model_card.py` runs them).
+`models.config` and the Beam encode pipeline, each a snippet that names the
+export's directory in one variable, so it runs wherever the directory was
+copied (`tests/export/test_model_card.py` moves an export and runs them).
+Nothing in the card or the metadata names a path of the writing machine
+(`tf_msemb.provenance`).
 The metadata stays the machine-readable record; the card is rendered from
 it alone, so re-rendering after the metadata changes (`copy_version`) keeps
 them in step.
@@ -18,8 +21,9 @@ import json
 import os
 import shlex
 
-from tf_msemb.models.int8_calibration import describe_fallback
-from tf_msemb.models.int8_calibration import describe_outliers
+from tf_msemb.inference.int8_calibration import describe_fallback
+from tf_msemb.inference.int8_calibration import describe_outliers
+from tf_msemb.provenance import file_label
 
 CARD_FILE = "README.md"
 METADATA_FILE = "tf_msemb_export.json"
@@ -46,14 +50,39 @@ def _find(config, key):
 
 
 def _serving(path, metadata):
-    """`(copy command or None, base_path, version)` for TF Serving, which serves numbered version folders."""
+    """The shell lines that give TF Serving a numbered version folder of this export and write its
+    `models.config` (TF Serving wants an absolute `base_path`: the lines compute it where they run)."""
     name = os.path.basename(path)
     if name.isdigit():
-        return None, os.path.dirname(path), int(name)
-    version = metadata.get("training_step") or 1
-    base = os.path.join(os.path.dirname(path), "serving", "tf_msemb")
-    target = os.path.join(base, str(version))
-    return f"mkdir -p {shlex.quote(base)} && cp -r {shlex.quote(path)} {shlex.quote(target)}", base, version
+        base = 'BASE_PATH=$(cd "$(dirname "$EXPORT_DIR")" && pwd)  # this export is version ' + name + " already"
+    else:
+        version = metadata.get("training_step") or 1
+        base = (f'mkdir -p serving/tf_msemb && cp -r "$EXPORT_DIR" serving/tf_msemb/{version}\n'
+                "BASE_PATH=$PWD/serving/tf_msemb")
+    config = ('model_config_list {\n  config {\n    name: "tf_msemb"\n    base_path: "$BASE_PATH"\n'
+              '    model_platform: "tensorflow"\n  }\n}')
+    return f"{base}\ncat > models.config <<EOF\n{config}\nEOF"
+
+
+def _file(record):
+    """A data or calibration file as recorded: `describe_file`'s dict, or a plain name in older exports."""
+    return file_label(record) if isinstance(record, dict) else str(record)
+
+
+def _source(source):
+    """One line for a `models.pretrained.describe_source` record (a plain string in older exports)."""
+    if not isinstance(source, dict):
+        return str(source)
+    if source.get("package"):
+        return f"{source['name']} (package {source['package']})"
+    config = source.get("config")
+    if not config:
+        return source["name"]
+    parts = [", ".join(config.get("architectures") or []) or config.get("model_type", "")]
+    parts += [f"{key} {config[key]}" for key in ("num_hidden_layers", "hidden_size", "vocab_size") if key in config]
+    if config.get("_name_or_path"):
+        parts.append(f"from {config['_name_or_path']}")
+    return f"{source['name']} (config.json: {', '.join(p for p in parts if p)})"
 
 
 def _model_rows(metadata):
@@ -65,7 +94,7 @@ def _model_rows(metadata):
         calibration = metadata["int8_calibration"]
         cosine = (calibration.get("sentence_cosine") or {}).get("exported") or {}
         precision += (f" (calibrated on the first {calibration['sentences']} lines at most of "
-                      f"{calibration['file']}, SmoothQuant smoothing {calibration.get('smoothing')}, "
+                      f"{_file(calibration)}, SmoothQuant smoothing {calibration.get('smoothing')}, "
                       f"{calibration.get('ranges')} activation ranges; "
                       f"weights scaled per {'pair of rows' if calibration.get('weight_scale') == 'paired' else 'column'}; "
                       "attention in "
@@ -110,13 +139,14 @@ def _provenance(metadata):
                 ("full gin config", f"`{provenance['operative_config']}` (in this directory)"
                  if provenance.get("operative_config") else "not recorded"),
                 ("objective", (metadata.get("objective") or {}).get("class", "?")),
-                ("data", "; ".join(provenance.get("data") or []) or "not recorded"),
-                ("start checkpoint", provenance.get("start") or "none (trained from scratch)"),
+                ("data", "; ".join(_file(record) for record in provenance.get("data") or []) or "not recorded"),
+                ("start checkpoint", _source(provenance["start"]) if provenance.get("start")
+                 else "none (trained from scratch)"),
                 ("steps", f"{metadata.get('training_step')} of {provenance.get('num_steps')}, global batch "
                           f"{provenance.get('global_batch_size')}"),
                 ("training run", provenance.get("model_dir"))]
     elif provenance.get("kind") == "pretrained":
-        rows = [("source", provenance.get("source")), ("command", f"`{provenance.get('command')}`")]
+        rows = [("source", _source(provenance.get("source"))), ("command", f"`{provenance.get('command')}`")]
     else:
         rows = [("source", "not recorded")]
     return "\n".join(f"| {k} | {v} |" for k, v in rows)
@@ -141,17 +171,21 @@ def _dev_results(metadata):
 
 
 def render(path, metadata):
-    """The card of the export at `path` (an absolute path: the snippets name it) with `metadata`."""
-    copy, base, version = _serving(path, metadata)
+    """The card of the export at `path` with `metadata`; its snippets name the directory by its base name only."""
+    path = os.path.abspath(path)
+    directory = os.path.basename(path)
     name = os.path.basename(os.path.dirname(os.path.dirname(path))) if os.path.basename(
-        os.path.dirname(path)) == "export" else os.path.basename(path)
+        os.path.dirname(path)) == "export" else directory
     int8 = ("\nThis export holds oneDNN int8 ops: it loads with x86-64 builds of TensorFlow (and TF Serving) only.\n"
             if metadata.get("required_ops") else "")
     if metadata.get("cpu_requirements"):
         int8 += ("\nIts kernels need the CPU features in the table below (oneDNN ISAs); on a CPU without them loading "
                  "stops with an error naming the missing flags (`tf_msemb.export.cpu_check`).\n")
-    copy_block = f"```sh\n{copy}\n```\n\n" if copy else ""
     sentences = "Hallo Welt", "hello world"
+    serving_intro = (f"This export is one (version {directory}); these lines write `models.config` for it:"
+                     if directory.isdigit() else "These lines copy this export into one and write `models.config`:")
+    python_dir = f'export_dir = {directory!r}  # this export\'s directory: its path from where you run this'
+    shell_dir = f"EXPORT_DIR={shlex.quote(directory)}  # this export's directory: its path from where you run this"
     return f"""# {name}
 
 A tf_msemb sentence encoder: a SavedModel that takes a 1-D `tf.string` tensor of raw sentences (normalization and
@@ -177,8 +211,9 @@ output `{metadata['signature']['output']}`. The machine-readable record is `{MET
 
 ## How to load it
 
-Every reader needs `tensorflow` and `tensorflow-text` ({metadata['tensorflow_version']} wrote it). The
-snippets name the directory this export was written to; change the path where it was moved.
+Every reader needs `tensorflow` and `tensorflow-text` ({metadata['tensorflow_version']} wrote it). Each snippet
+names this export's directory once, in its first line (`export_dir`, `EXPORT_DIR`): as written they run from the
+directory that holds it; elsewhere, set that line to its path.
 
 `tf.saved_model.load`:
 
@@ -186,7 +221,8 @@ snippets name the directory this export was written to; change the path where it
 import tensorflow as tf
 import tensorflow_text  # registers the tokenizer ops
 
-model = tf.saved_model.load("{path}")
+{python_dir}
+model = tf.saved_model.load(export_dir)
 vectors = model(tf.constant({list(sentences)!r}))
 print(vectors.shape)
 ```
@@ -198,7 +234,8 @@ import keras
 import tensorflow as tf
 import tensorflow_text  # registers the tokenizer ops
 
-layer = keras.layers.TFSMLayer("{path}", call_endpoint="serving_default")
+{python_dir}
+layer = keras.layers.TFSMLayer(export_dir, call_endpoint="serving_default")
 print(layer(tf.constant({list(sentences)!r}))["outputs"].shape)
 ```
 
@@ -210,24 +247,20 @@ import tensorflow as tf
 import tensorflow_hub as hub
 import tensorflow_text  # registers the tokenizer ops
 
-layer = hub.KerasLayer("{path}", trainable=True)
+{python_dir}
+layer = hub.KerasLayer(export_dir, trainable=True)
 print(layer(tf.constant({list(sentences)!r})).shape)
 ```
 
 TF Serving serves numbered version folders under a base path, replaying the warm-up requests in
-`assets.extra/` as it loads one. {'Put this export in one:' if copy else 'This export is one:'}
+`assets.extra/` as it loads one. {serving_intro}
 
-{copy_block}`models.config`:
-
-```text
-model_config_list {{
-  config {{
-    name: "tf_msemb"
-    base_path: "{base}"
-    model_platform: "tensorflow"
-  }}
-}}
+```sh
+{shell_dir}
+{_serving(path, metadata)}
 ```
+
+Then start the model server beside `models.config` and send it sentences:
 
 ```sh
 tensorflow_model_server --rest_api_port=8501 --model_config_file=models.config --enable_model_warmup=true \\
@@ -238,7 +271,8 @@ curl -d '{{"instances": ["Hallo Welt"]}}' localhost:8501/v1/models/tf_msemb:pred
 Apache Beam (`pip install 'tf_msemb[beam]'`): every line of a corpus encoded into vector shards, on any runner:
 
 ```sh
-python -m tf_msemb.pipelines.encode --model={shlex.quote(path)} --input='corpus/*.txt' --output_dir=encoded
+{shell_dir}
+python -m tf_msemb.pipelines.encode --model="$EXPORT_DIR" --input='corpus/*.txt' --output_dir=encoded
 ```
 """
 

@@ -27,7 +27,7 @@ import tf_msemb
 from tf_msemb.export.cpu_check import CpuCheck
 from tf_msemb.export.cpu_check import bfloat16_requirements
 from tf_msemb.export.cpu_check import int8_requirements
-from tf_msemb.export.int8 import int8_packed
+from tf_msemb.inference.int8_export import int8_packed
 from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.export.model_card import write_model_card
 from tf_msemb.export.serving import INPUT_KEY
@@ -37,10 +37,12 @@ from tf_msemb.export.serving import WARMUP_FILE
 from tf_msemb.export.serving import write_warmup_requests
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.models.packed import INFERENCE_STREAMS
-from tf_msemb.models.packed import PackedEncoder
-from tf_msemb.models.packed import packed_support
+from tf_msemb.inference.packed import INFERENCE_STREAMS
+from tf_msemb.inference.packed import PackedEncoder
+from tf_msemb.inference.packed import packed_support
 from tf_msemb.models.precision import with_precision
+from tf_msemb.provenance import describe_file
+from tf_msemb.provenance import portable_config
 
 OPERATIVE_CONFIG = "operative_config.gin"
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
@@ -297,7 +299,7 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "tokenizer": {
             "class": type(tokenizer).__name__,
             "asset": os.path.basename(tokenizer.asset_file) if tokenizer.asset_file else None,
-            "config": keras.saving.serialize_keras_object(tokenizer)["config"],
+            "config": portable_config(keras.saving.serialize_keras_object(tokenizer)["config"]),
         },
         "encoder": keras.saving.serialize_keras_object(encoder),
     }
@@ -319,7 +321,7 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
-    real tokens only, see `tf_msemb.models.packed`; vectors equal to the Keras
+    real tokens only, see `tf_msemb.inference.packed`; vectors equal to the Keras
     forward within 1e-5; encoders it cannot pack fall back to padded batches,
     with a warning), `sub_batch_size` (length-sorted sub-batches for padded
     batches, see `EmbeddingModule`; within 1e-5 of one padded batch) and
@@ -329,19 +331,18 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     bfloat16 copies of the matmul weights, made at export: fine-tuning the
     exported variables changes training calls only, so export again after.
     `"int8"` runs the layers' matmuls on 8-bit integers (packed only; see
-    `tf_msemb.models.quantization`), calibrated on the first
+    `tf_msemb.inference.quantization`), calibrated on the first
     `calibration_sentences` lines of `calibration_file` (the last eighth
     held out to measure the choices) as `int8` says (an `Int8Options`:
     SmoothQuant alpha, activation ranges, bfloat16 fallback of the layers
-    that lose most; default `Int8Options()`): all-MiniLM-L6-v2 at a minimum cosine of 0.9938 to float32
-    (sentence-transformers' vectors of 1,014 Multi30k sentences,
-    `tools/bench_encode.py`) and 2.7 times its throughput on two
-    AVX512-VNNI cores (1,542 vs 570 sentences/s at intra-op threads 1);
-    its graph holds oneDNN ops that only x86-64 TensorFlow registers (the
-    metadata's `required_ops`); `int8_support` decides from the CPU's flags.
+    that lose most, the kernels of this CPU or `target`; default
+    `Int8Options()`; its measured quality and speed: docs/int8.md and
+    docs/cpus.md); its graph holds oneDNN ops that only x86-64 TensorFlow
+    registers (the metadata's `required_ops`) and checks the CPU when it
+    loads (`export.cpu_check`); `int8_support` decides from the CPU's flags.
     `streams`: side-by-side sub-batches of a packed export
     (`PackedEncoder.streams`, exact); serve it with TensorFlow's intra-op
-    threads at cores / streams (README, "Serving threads").
+    threads at cores / streams (docs/benchmarks.md, "Serving threads").
     `single_sentence`: a packed export encodes a request of one sentence on
     a branch of its own with a fraction of the ops
     (`PackedEncoder.single_sentence`; float32 within 1e-5 of the batch
@@ -367,7 +368,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
         requirements = bfloat16_requirements() if precision == "mixed_bfloat16" else []
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
                              precision=precision, cpu_requirements=requirements)
-    module.calibration = ({"file": os.fspath(calibration_file), "sentences": calibration_sentences,
+    # The calibration text by name and line count: an export names no path of the machine that wrote it.
+    module.calibration = ({**describe_file(calibration_file), "sentences": calibration_sentences,
                            **packed_encoder.int8_report} if precision == "int8" else None)
     return module
 

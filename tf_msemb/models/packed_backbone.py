@@ -52,7 +52,6 @@ try:
 except ImportError:  # a TensorFlow release that moved it: `in_xla_context` says "XLA" (see there)
     GraphOrParentsInXlaContext = None
 
-from tf_msemb.models import onednn
 from tf_msemb.models.backbone import TransformerBackbone
 
 
@@ -108,7 +107,7 @@ DENSE_ROLES = ("query", "key", "value", "attention_output", "intermediate", "out
 # The `PackedDense`s of a packed layer (query, key and value fused into one).
 LAYER_DENSES = ("qkv", "attention_output", "intermediate", "output")
 NORM_ROLES = ("attention_norm", "output_norm")
-# Token count from which `onednn.layer_norm` beats elementwise ops at MiniLM's width (384), a call each: oneDNN 0.52
+# Token count from which oneDNN's layer norm (`inference.onednn.layer_norm`) beats elementwise ops at MiniLM's width (384), a call each: oneDNN 0.52
 # and elementwise 0.58 ms at 256 rows, 0.56 and 0.31 ms at 64 at TensorFlow's default intra-op threads (at 1, a
 # 500-row call takes about 0.08 ms: most of the 0.5 ms is waiting for the intra-op pool).
 FUSED_NORM_MIN_TOKENS = 256
@@ -251,11 +250,12 @@ def _warn_xla_unknown():
                     "(same results, slower).", tf.__version__)
 
 
-def _layer_norm(x, norm, fused=False):
+def _layer_norm(x, norm, fused=None):
     """Layer norm of `[tokens, d]` over `d` (Ba et al. 2016, Eq. 4), with elementwise ops: forward and backward take
     a third of a fused batch norm's time with one channel per token (its CPU kernel transposes NCHW both ways).
 
-    `fused` (traced inference only): `onednn.layer_norm` where `x` has at least `FUSED_NORM_MIN_TOKENS` rows.
+    `fused` (traced inference only): a fused layer norm `(x, gamma, beta, epsilon)` run where `x` has at least
+    `FUSED_NORM_MIN_TOKENS` rows.
     """
     gamma, beta, epsilon = norm
 
@@ -263,9 +263,9 @@ def _layer_norm(x, norm, fused=False):
         mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
         return (x - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
 
-    if not fused or tf.executing_eagerly():
+    if fused is None or tf.executing_eagerly():
         return elementwise()
-    return tf.cond(tf.shape(x)[0] >= FUSED_NORM_MIN_TOKENS, lambda: onednn.layer_norm(x, gamma, beta, epsilon),
+    return tf.cond(tf.shape(x)[0] >= FUSED_NORM_MIN_TOKENS, lambda: fused(x, gamma, beta, epsilon),
                    elementwise)
 
 
@@ -382,21 +382,22 @@ class PackedBackbone(tf.Module):
             scores less padding: a grid holds `b * l^2` scores. The token
             matrix is put in that order once, before the embeddings, and
             back after the last layer: token-wise work does not care.
-        fused_norms: inference layer norms of large batches on oneDNN's
-            kernel (`_layer_norm`); the graph then needs oneDNN's ops, as
-            int8 ones do.
+        fused_norm: inference layer norms of large batches run on this
+            function `(x, gamma, beta, epsilon)` (`_layer_norm`), e.g.
+            oneDNN's kernel (`inference.onednn.layer_norm`), whose graph
+            needs oneDNN's ops as int8 ones do; None: elementwise ops.
         attention_dtype: dtype attention runs in, if not `compute_dtype`
             (int8 exports: bfloat16, which their query-key-value matmul writes).
     """
 
-    def __init__(self, weights, compute_dtype="float32", frozen_cast=False, attention_groups=1, fused_norms=False,
+    def __init__(self, weights, compute_dtype="float32", frozen_cast=False, attention_groups=1, fused_norm=None,
                  attention_dtype=None, name=None):
         super().__init__(name=name)
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self.attention_dtype = tf.as_dtype(attention_dtype or compute_dtype)
         self.frozen_cast = frozen_cast
         self.attention_groups = attention_groups
-        self.fused_norms = fused_norms
+        self.fused_norm = fused_norm
         self.token_table, self.position_table = weights["token_table"], weights["position_table"]
         self.constant_row = weights["constant_row"]
         self.embeddings_norm = weights["embeddings_norm"]
@@ -511,13 +512,13 @@ class PackedBackbone(tf.Module):
         x = tf.gather(self.token_table, ids.flat_values) + tf.gather(self.position_table, positions(ids))
         if self.constant_row is not None:
             x += self.constant_row
-        return _dropout(_layer_norm(x, self.embeddings_norm, self.fused_norms and not training),
+        return _dropout(_layer_norm(x, self.embeddings_norm, None if training else self.fused_norm),
                         self.embeddings_dropout, training)
 
     def run_layer(self, layer, x, groups, training=False):
         """One transformer layer (`self.layers[i]`, or one standing in for it) on the token states `x` of the
         sentences of `groups`."""
-        fused = self.fused_norms and not training
+        fused = None if training else self.fused_norm
         qkv = tf.cast(layer["qkv"](x), self.attention_dtype)
         attended = [self._attention(qkv, layer, group, training) for group in groups]
         attended = attended[0] if len(groups) == 1 else tf.concat(attended, axis=0)

@@ -17,6 +17,8 @@ and returns `(tokenizer, encoder)` ready for training, distillation or export.
 """
 
 import importlib
+import importlib.metadata
+import json
 import os
 
 import gin
@@ -49,6 +51,34 @@ def resolve_pretrained(name_or_path):
             ) from None
         return str(module.get_model_path())
     return os.fspath(name_or_path)
+
+
+# What `describe_source` keeps of a directory's config.json: enough to tell one checkpoint from another.
+_IDENTITY_KEYS = ("_name_or_path", "architectures", "model_type", "num_hidden_layers", "hidden_size", "vocab_size")
+
+
+def describe_source(name_or_path):
+    """How an export names the model it came from, with no path of this machine: a packaged model by its name and
+    package, a local directory by its name and its `config.json` identity, a keras-hub preset (or a checkpoint
+    prefix) by its name."""
+    package = PACKAGED_MODELS.get(str(name_or_path).lower())
+    if package:
+        distribution = package.replace("_", "-")
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"
+        return {"name": str(name_or_path), "package": f"{distribution} {version}"}
+    path = os.fspath(name_or_path)
+    name = os.path.basename(os.path.abspath(path).rstrip(os.sep)) if os.path.exists(path) else path
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+        return {"name": name}
+    with open(config_file, encoding="utf-8") as f:
+        config = json.load(f)
+    identity = {key: config[key] for key in _IDENTITY_KEYS
+                if key in config and not (isinstance(config[key], str) and os.path.isabs(config[key]))}
+    return {"name": name, "config": identity}
 
 
 def sentence_transformers_settings(directory, check_pooling=True):

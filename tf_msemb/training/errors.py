@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tf_msemb.data.records import data_loss_reason
 from tf_msemb.data.records import find_corrupt_shard
+from tf_msemb.evaluation.peers.interpreter import InterpreterError
 from tf_msemb.training.checkpointing import CheckpointError
 from tf_msemb.training.strategy import StrategyError
 
@@ -64,8 +65,8 @@ def one_line(error):
     if isinstance(error, tf.errors.OpError):
         return _core_message(error.message)
     # ValueError covers CorpusError and the configuration checks of constructors; ImportError a missing
-    # optional package (its message says what to install).
+    # optional package (its message says what to install); InterpreterError a peer's or a measurement's process.
     if isinstance(error, (ValueError, StrategyError, CheckpointError, NonFiniteLossError, FileNotFoundError,
-                          ImportError)):
+                          ImportError, InterpreterError)):
         return _first_line(error)
     return None

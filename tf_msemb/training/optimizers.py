@@ -12,6 +12,8 @@ from tf_msemb.training.lars import LARS
 from tf_msemb.training.schedules import WarmupDecay
 from tf_msemb.training.touched_rows import TouchedRowsAdam
 from tf_msemb.training.touched_rows import TouchedRowsAdamW
+from tf_msemb.training.touched_rows import TouchedRowsUnfusedAdam
+from tf_msemb.training.touched_rows import TouchedRowsUnfusedAdamW
 
 # Biases and normalization parameters are not decayed (BERT / seed 000 practice).
 NO_DECAY = ["bias", "gamma", "beta"]
@@ -80,7 +82,8 @@ def make_optimizer(
     half the optimizer's time); `False` keeps Keras' elementwise ops.
     `embedding_update="touched_rows"` (Adam and AdamW) updates an embedding
     table only on the rows the batch touched (`training.touched_rows`: how
-    its moments and decay differ from dense Adam); `"dense"` is Adam's own.
+    its moments and decay differ from dense Adam), fused or not as `fused`
+    says; `"dense"` is Adam's own.
 
     `"sgd"` (with `momentum`; 0 is plain SGD) follows seed 004's step schedule
     instead of warm-up and decay: `learning_rate` until `step_at` of the run,
@@ -105,7 +108,8 @@ def make_optimizer(
         warmup_steps = round(warmup_fraction * total_steps)
     schedule = WarmupDecay(learning_rate, min(warmup_steps, total_steps), total_steps, decay, end_fraction)
     if name == "adamw":
-        optimizer = (TouchedRowsAdamW if touched else FusedAdamW if fused else keras.optimizers.AdamW)(
+        adamw = ((TouchedRowsAdamW, FusedAdamW) if fused else (TouchedRowsUnfusedAdamW, keras.optimizers.AdamW))
+        optimizer = adamw[0 if touched else 1](
             learning_rate=schedule,
             weight_decay=weight_decay,
             beta_1=beta_1,
@@ -116,7 +120,8 @@ def make_optimizer(
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
     if name == "adam":
-        return (TouchedRowsAdam if touched else FusedAdam if fused else keras.optimizers.Adam)(
+        adam = (TouchedRowsAdam, FusedAdam) if fused else (TouchedRowsUnfusedAdam, keras.optimizers.Adam)
+        return adam[0 if touched else 1](
             learning_rate=schedule, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, global_clipnorm=global_clipnorm
         )
     if name == "adam_l2":

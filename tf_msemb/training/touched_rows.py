@@ -7,7 +7,8 @@ decoupled weight decay every step. Given the table's gradient as
 `tf.IndexedSlices`, this update gathers the touched rows (repeated ids summed
 first, as the dense gradient sums them), runs Adam's update on them with the
 step's bias correction, and scatters them back; every other variable gets the
-dense update (`FusedAdam` / `FusedAdamW`).
+dense update (`FusedAdam` / `FusedAdamW`, or Keras' `Adam` / `AdamW` in the
+`Unfused` classes, for `make_optimizer(fused=False)`).
 
 How it differs from dense Adam (Kingma & Ba, Algorithm 1): an untouched row
 keeps its moments as they were, where dense Adam decays them (m <- b1 m,
@@ -93,4 +94,20 @@ class TouchedRowsAdamW(_TouchedRowsUpdate, FusedAdamW):
     """`FusedAdamW` whose embedding tables (sliced gradients) update only the rows a batch touched."""
 
     def __init__(self, name="touched_rows_adamw", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class TouchedRowsUnfusedAdam(_TouchedRowsUpdate, keras.optimizers.Adam):
+    """Keras' `Adam` (elementwise ops) whose embedding tables update only the rows a batch touched."""
+
+    def __init__(self, name="touched_rows_unfused_adam", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class TouchedRowsUnfusedAdamW(_TouchedRowsUpdate, keras.optimizers.AdamW):
+    """Keras' `AdamW` (elementwise ops) whose embedding tables update only the rows a batch touched."""
+
+    def __init__(self, name="touched_rows_unfused_adamw", **kwargs):
         super().__init__(name=name, **kwargs)

@@ -25,8 +25,11 @@ from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import freeze_token_embeddings
 from tf_msemb.models.encoder import set_packed_training
+from tf_msemb.models.pretrained import describe_source
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import RunFacts
+from tf_msemb.provenance import describe_file
+from tf_msemb.provenance import portable_path
 from tf_msemb.training.checkpointing import RunCheckpoints
 from tf_msemb.training.dev_evaluation import DevEvaluation
 from tf_msemb.training.dev_evaluation import write_results
@@ -74,13 +77,17 @@ def restore_encoder(encoder, source):
 def run_provenance(model_dir, recipe=None, data=(), start=None, num_steps=None, global_batch_size=None):
     """What an export of this run records of where its weights came from (`export.model_card` renders it):
     the recipe (`{"gin_files", "gin_params", "smoke"}` of the command line), the full gin config, the data (the
-    input's `corpora`), the start checkpoint (`train.pretrained` or `init_from`), the run's length and batch."""
+    input's `corpora`, by name and examples), the start checkpoint (`train.pretrained` or `init_from`, by name),
+    the run's length and batch. No path of this machine: paths inside the working directory stay relative to it,
+    others become names (`tf_msemb.provenance`), so a copied export's card holds nothing that fails elsewhere."""
     recipe = recipe or {}
-    return {"kind": "training", "model_dir": os.path.abspath(model_dir),
-            "gin_files": list(recipe.get("gin_files", [])), "gin_params": list(recipe.get("gin_params", [])),
-            "smoke": bool(recipe.get("smoke")),
-            "operative_config": os.path.join(model_dir, "operative_config.gin"), "data": list(data),
-            "start": start, "num_steps": num_steps, "global_batch_size": global_batch_size}
+    return {"kind": "training", "model_dir": portable_path(model_dir),
+            "gin_files": [portable_path(f) for f in recipe.get("gin_files", [])],
+            "gin_params": list(recipe.get("gin_params", [])), "smoke": bool(recipe.get("smoke")),
+            "operative_config": os.path.join(model_dir, "operative_config.gin"),
+            "data": [describe_file(path) for path in data],
+            "start": describe_source(start) if start else None, "num_steps": num_steps,
+            "global_batch_size": global_batch_size}
 
 
 def _dev_results(model_dir, step=None):

@@ -1,0 +1,9 @@
+"""Inference-only code: what an export runs besides the Keras model.
+
+packed.py (the export's packed encoder over `models.packed_backbone`),
+quantization.py (int8 matmuls), int8_calibration.py (layer-by-layer
+calibration and its options), int8_export.py (calibration text, probes and
+the int8 flags of the export commands), onednn.py (oneDNN ops without a
+Python wrapper), cpu_features.py (which oneDNN kernels this CPU runs) and
+control_flow.py. Training never imports this package; `export` does.
+"""
