@@ -1,6 +1,7 @@
 # Entry points, each doing its own set-up on a fresh machine:
 #   make quickstart   # venv + the package alone (no torch), train SentencePiece, write TFRecords, train, export, evaluate
-#   make test         # venv + the package with its test, beam and mteb extras, then the suite without the slow tests
+#   make test         # venv + the package with its test, beam and mteb extras, then the suite without the slow
+#                     # tests (about 23 minutes on 2 cores; docs/testing.md)
 #   make test-all     # the same, then the slow ones (recipes trained on real data)
 #   make docs         # the documentation site from docs/ (Sphinx + MyST, strict: a broken link or page fails it)
 PYTHON ?= python3.11
@@ -38,7 +39,7 @@ $(DOCS_STAMP): $(BASE)
 	$(PY) -m pip install --quiet -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-# Two workers: most tests spend their time in single-threaded Python and tracing (one worker: about 22 minutes).
+# Two workers: most tests spend their time in single-threaded Python and tracing.
 # Then the tests of int8 and bfloat16 graphs again with oneDNN capped to AVX2 (ONEDNN_MAX_CPU_ISA): what an AVX2-only
 # CPU runs, whatever this machine has (each skip names the CPU feature it lacks).
 CAPPED := ONEDNN_MAX_CPU_ISA=AVX2

@@ -132,6 +132,7 @@ def test_a_sentence_transformers_peer_gives_its_library_s_vectors():
         assert np.max(np.abs(embed(sentences) - vectors)) > 1e-3
 
 
+@pytest.mark.slow
 def test_mistakes_end_in_one_error_line(export, tmp_path):
     data = tmp_path / "data"
     write_dev_data(data)

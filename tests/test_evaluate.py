@@ -200,6 +200,7 @@ def test_all_exports_tabulates_the_summary_metrics_over_steps(model_dir, tmp_pat
         run_cli(capsys, f"--model={model_dir}/export/final", "--all_exports", f"--pair={english},{german}")
 
 
+@pytest.mark.slow
 def test_all_exports_adds_the_best_export_where_no_step_holds_it(model_dir, tokenizer, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(model_dir, run)

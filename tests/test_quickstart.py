@@ -90,6 +90,7 @@ def test_classifier_trained_on_english_places_transfers_to_german_and_french(qui
         assert results[name]["size"] > 50
 
 
+@pytest.mark.slow
 def test_pool_and_document_retrieval_with_exact_and_approximate_indexes(quickstart_run, tmp_path):
     work, _ = quickstart_run
     pool = f"--pool_pair={CORPUS}/heldout.en.txt,{CORPUS}/heldout.de.txt"
@@ -113,6 +114,7 @@ def test_pool_and_document_retrieval_with_exact_and_approximate_indexes(quicksta
     assert abs(results["hnsw"]["heldout.en.txt / heldout.de.txt (pool 460)"]["P@1"] - sentences["P@1"]) < 0.05
 
 
+@pytest.mark.slow
 def test_mining_cli_picks_the_threshold_on_train_and_reports_test(quickstart_run, tmp_path):
     work, _ = quickstart_run
     english = (CORPUS / "heldout.en.txt").read_text().splitlines()

@@ -16,6 +16,7 @@ def _read(name):
         return f.read().splitlines()
 
 
+@pytest.mark.slow
 @needs_bfloat16
 def test_mines_true_translations_above_the_threshold_and_reuses_its_cache(quickstart_run, tmp_path):
     work, _ = quickstart_run

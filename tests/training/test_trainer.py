@@ -51,6 +51,7 @@ def test_exporter_writes_every_model_the_objective_names(tokenizer, tmp_path):
         assert metadata["objective"]["class"] == "DualMomentumContrast" and metadata["objective"]["queue_size"] == 8
 
 
+@pytest.mark.slow
 def test_a_best_last_step_is_copied_from_its_export_not_saved_again(tokenizer, tmp_path, monkeypatch):
     model = _moco(tokenizer, separate=True)
     exporter = Exporter(model, str(tmp_path), chief=True)

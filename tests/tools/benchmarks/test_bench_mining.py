@@ -13,7 +13,7 @@ def test_the_two_way_estimate_is_the_line_through_both_timings_kept_non_negative
     """In a process of its own: the tool defines absl flags that tf_msemb.evaluate defines too."""
     cases = [(100, 1.0, 1.5), (200, 0.03, 0.01), (100, 1.0, 3.0), (100, 0.2, 0.2)]
     sizes = [200, 400, 2000, 10**6]
-    code = (f"import json, sys; sys.path.insert(0, {REPO + '/tools'!r}); import bench_mining; "
+    code = (f"import json, sys; sys.path.insert(0, {REPO + '/tools/benchmarks'!r}); import bench_mining; "
             f"print(json.dumps([[bench_mining.extrapolated_seconds(*case, n) for n in {sizes}] for case in {cases}]))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
