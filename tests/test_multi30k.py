@@ -36,6 +36,7 @@ SMALL = [
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.heavy,
     pytest.mark.skipif(not os.path.isdir(MULTI30K), reason=f"Multi30k not found at {MULTI30K}"),
 ]
 

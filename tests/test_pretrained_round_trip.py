@@ -56,6 +56,7 @@ def _train_and_export(name, records, directory):
     return path, l2_normalize(encoder(tokenizer(tf.constant(SENTENCES)))).numpy(), before
 
 
+@pytest.mark.heavy
 @pytest.mark.slow  # six trainings and exports: about 2 minutes on 2 idle cores
 @pytest.mark.parametrize("names", [NAMES])
 def test_every_checkpoint_trains_exports_and_serves_its_vectors(quickstart_records, tmp_path, names):

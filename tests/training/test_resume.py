@@ -22,7 +22,7 @@ import tensorflow as tf
 from conftest import REPO
 from conftest import run
 
-pytestmark = pytest.mark.slow  # five training runs through the command line, about 3 minutes
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # five training runs through the command line, about 3 minutes
 
 STEPS = 16
 OBJECTIVES = {

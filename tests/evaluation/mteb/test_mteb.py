@@ -256,6 +256,7 @@ def test_a_prompted_export_scores_as_sentence_transformers_with_its_prompts(prom
     assert abs(unprompted[("TinySTS", "default", "validation")] - ours[("TinySTS", "default", "validation")]) > 0.01
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="../shared/data is absent")
 @pytest.mark.skipif(not _peer_available(), reason="sentence-transformers and torch are not installed here")

@@ -7,6 +7,7 @@ from conftest import REPO
 from conftest import run
 
 
+@pytest.mark.heavy
 @pytest.mark.slow  # a benchmark tool's report: about 40 s
 def test_a_row_per_run_with_the_same_pairs_as_one_machine(tmp_path):
     tool = os.path.join(REPO, "tools", "benchmarks", "bench_beam_mining.py")

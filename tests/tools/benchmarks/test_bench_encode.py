@@ -9,7 +9,7 @@ from conftest import REPO
 from conftest import cli_env
 from conftest import run
 
-pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 40 s
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # a benchmark tool's report, not the package's behaviour: about 40 s
 
 NUMBER = r"([\d.]+)"
 

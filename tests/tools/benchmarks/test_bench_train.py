@@ -8,7 +8,7 @@ from conftest import REPO
 from conftest import cli_env
 from conftest import run
 
-pytestmark = pytest.mark.slow  # a benchmark tool's report, not the package's behaviour: about 25 s
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # a benchmark tool's report, not the package's behaviour: about 25 s
 
 
 def test_prints_throughput_and_peak_rss(tmp_path, spm_model, quickstart_records):
