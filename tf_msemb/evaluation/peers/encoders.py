@@ -59,7 +59,7 @@ def check_interpreter(spec, python=None):
 
 
 class PeerEncoder:
-    """`embed` of a peer, encoded by `peer_worker` in `python` (default: this interpreter); unit vectors.
+    """`embed` of a peer, encoded by `peers.worker` in `python` (default: this interpreter); unit vectors.
 
     Use it as a context manager, or `close()` it, to end the worker.
     """
