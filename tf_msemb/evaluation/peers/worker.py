@@ -1,4 +1,4 @@
-"""A peer model encoding sentences in its own interpreter, for `evaluation.peers.PeerEncoder`.
+"""A peer model encoding sentences in its own interpreter, for `evaluation.peers.encoders.PeerEncoder`.
 
     PYTHONPATH=<tf_msemb checkout> PEER_PYTHON -m tf_msemb.evaluation.peers.worker --kind=muse
     PYTHONPATH=<tf_msemb checkout> PEER_PYTHON -m tf_msemb.evaluation.peers.worker --kind=st --model=DIR [--prompt_name=query]
