@@ -1,7 +1,7 @@
 # Entry points, each doing its own set-up on a fresh machine:
 #   make quickstart   # venv + the package alone (no torch), train SentencePiece, write TFRecords, train, export, evaluate
 #   make test         # venv + the package with its test, beam and mteb extras, then the suite without the slow
-#                     # tests (about 23 minutes on 2 cores; docs/testing.md)
+#                     # tests (about 21 minutes on 2 cores; docs/testing.md)
 #   make test-all     # the same, then the slow ones (recipes trained on real data)
 #   make docs         # the documentation site from docs/ (Sphinx + MyST, strict: a broken link or page fails it)
 PYTHON ?= python3.11
