@@ -21,6 +21,7 @@ from tf_msemb.objectives import bidirectional_dual_encoder  # noqa: F401
 from tf_msemb.objectives import dual_momentum_contrast  # noqa: F401
 from tf_msemb.objectives import ema_teacher_distillation  # noqa: F401
 from tf_msemb.objectives import ems  # noqa: F401
+from tf_msemb.objectives import multi_task  # noqa: F401
 from tf_msemb.objectives import multilingual_distillation  # noqa: F401
 from tf_msemb.objectives import siamese_similarity  # noqa: F401
 from tf_msemb.objectives import translation_ranking  # noqa: F401

@@ -116,7 +116,7 @@ def _loop(losses, settings, start=0):
     values = iter(losses)
     checkpoints, exporter, log = _Checkpoints(), _Recorder(), _Recorder()
     inputs = type("Inputs", (), {"source_files": []})()
-    step = train_loop(lambda: {"loss": tf.constant(next(values))}, model, inputs, checkpoints, exporter, log,
+    step = train_loop(lambda step: {"loss": tf.constant(next(values))}, model, inputs, checkpoints, exporter, log,
                       settings, start)
     return step, checkpoints.calls, exporter.calls, log.calls
 

@@ -80,3 +80,25 @@ class ReplicaInput:
     def __iter__(self):
         while True:
             yield self.next_batch()
+
+
+class TaskInputs:
+    """The inputs of several tasks (`{name: ReplicaInput}`), read together or one task at a time.
+
+    `next_batch()` is `{name: batch}` of every task (a summed multi-task
+    step); `tasks[name].next_batch()` one task's. `iterators` lists every
+    task's in task order, so a checkpoint holds each task's input position.
+    """
+
+    def __init__(self, tasks):
+        self.tasks = dict(tasks)
+        self.iterators = [iterator for task in self.tasks.values() for iterator in task.iterators]
+        self.source_files = sorted({path for task in self.tasks.values() for path in task.source_files})
+        self.corpora = list(dict.fromkeys(corpus for task in self.tasks.values() for corpus in task.corpora))
+
+    @property
+    def checkpointable(self):
+        return all(task.checkpointable for task in self.tasks.values())
+
+    def next_batch(self):
+        return {name: task.next_batch() for name, task in self.tasks.items()}

@@ -1,7 +1,9 @@
 """`Objective`: what every training objective shares (run facts, inputs, exports, metrics, the gradient step, config)."""
 
+import contextlib
 import dataclasses
 import inspect
+import threading
 
 import gin
 import keras
@@ -52,6 +54,46 @@ def _plain(value):
     return list(value) if isinstance(value, tuple) else value
 
 
+class GradientSum:
+    """Gradients that several objectives' steps hand over instead of applying, summed per variable.
+
+    `add` takes one objective's gradients of its (replica-scaled) loss times
+    `weight`: the sum is the gradient of `sum_t w_t L_t`. Updates an objective
+    makes after its optimizer step (`Objective.after_update`: momentum copies)
+    wait in `updates` until the summed gradient is applied.
+    """
+
+    def __init__(self):
+        self.weight = 1.0
+        self.updates = []
+        self._sums = {}
+
+    def add(self, gradients, variables):
+        for gradient, variable in zip(gradients, variables):
+            if gradient is None:
+                continue
+            if self.weight != 1.0:
+                gradient = (tf.IndexedSlices(gradient.values * self.weight, gradient.indices, gradient.dense_shape)
+                            if isinstance(gradient, tf.IndexedSlices) else gradient * self.weight)
+            key = id(variable)
+            if key in self._sums:
+                gradient = _summed(self._sums[key][0], gradient)
+            self._sums[key] = (gradient, variable)
+
+    def gradients_and_variables(self, variables):
+        """`(gradients, variables)` of those of `variables` (in their order) that received a gradient."""
+        pairs = [self._sums[id(v)] for v in variables if id(v) in self._sums]
+        return [g for g, _ in pairs], [v for _, v in pairs]
+
+
+def _summed(a, b):
+    """`a + b`; two sparse gradients stay sparse (their rows concatenated: an update adds repeated rows)."""
+    if isinstance(a, tf.IndexedSlices) and isinstance(b, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.concat([a.values, b.values], 0), tf.concat([a.indices, b.indices], 0),
+                                a.dense_shape)
+    return _dense(a) + _dense(b)
+
+
 class Objective(keras.Model):
     """A `keras.Model` around a sentence encoder whose `train_step` implements one method.
 
@@ -95,6 +137,8 @@ class Objective(keras.Model):
         self.encoder = encoder
         self.run = run or RunFacts()
         self._trackers = []
+        # Per thread: MirroredStrategy traces each replica's step in a thread of its own.
+        self._handover = threading.local()
         chunk = self.run.gradient_cache_chunk
         if chunk is not None and not self.couples_batch:
             raise ValueError(f"train.gradient_cache_chunk = {chunk} needs an objective whose loss couples the "
@@ -111,6 +155,28 @@ class Objective(keras.Model):
     def input_features(self):
         """`data.features.InputFeature`s the batches must carry beyond `src`/`tgt` tokens (none by default)."""
         return []
+
+    def make_input(self, dataset_fn, strategy, global_batch_size, **kwargs):
+        """The run's input: `dataset_fn` (`train.dataset_fn`) with this objective's `input_features`.
+
+        `kwargs` (`tokenizer`, `seed`) go to `dataset_fn`. The result has
+        `next_batch()`, `iterators` (what checkpoints hold), `checkpointable`,
+        `source_files` and `corpora` (`data.distributed.ReplicaInput`).
+        """
+        return dataset_fn(strategy, global_batch_size, features=self.input_features, **kwargs)
+
+    def steps(self, inputs):
+        """`{key: (next_batch, replica_step)}`: the steps a run takes, each fed by its own input.
+
+        `step_key(k)` picks the one for step k; the trainer compiles each
+        once. One objective has one: `train_step` on `inputs.next_batch()`.
+        """
+        return {None: (inputs.next_batch, self.train_step)}
+
+    def step_key(self, step):
+        """The `steps` key of the step taken after `step` steps (a function of the step alone, so resuming is
+        exact)."""
+        return None
 
     def exports(self):
         """`{name: (tokenizer, encoder)}` of the models a run exports; `"encoder"` is the main one."""
@@ -170,8 +236,31 @@ class Objective(keras.Model):
         variables = self.trainable_variables if variables is None else variables
         self.apply_gradients(tape.gradient(scaled_loss, variables), variables)
 
+    @contextlib.contextmanager
+    def handing_gradients_to(self, gradient_sum, weight=1.0):
+        """Within it, steps add their gradients times `weight` to `gradient_sum` instead of applying them, and
+        `after_update` waits for the sum's step (a multi-task step: `objectives.multi_task`)."""
+        self._handover.gradient_sum, gradient_sum.weight = gradient_sum, weight
+        try:
+            yield
+        finally:
+            self._handover.gradient_sum, gradient_sum.weight = None, 1.0
+
+    def after_update(self, update):
+        """Runs `update()` (state that follows the weights: momentum copies) once this step's gradient is applied."""
+        gradient_sum = getattr(self._handover, "gradient_sum", None)
+        if gradient_sum is None:
+            update()
+        else:
+            gradient_sum.updates.append(update)
+
     def apply_gradients(self, gradients, variables):
-        """Applies this replica's gradients of the scaled loss (densified, clipped as in `minimize`)."""
+        """Applies this replica's gradients of the scaled loss (densified, clipped as in `minimize`), or hands
+        them over (`handing_gradients_to`)."""
+        gradient_sum = getattr(self._handover, "gradient_sum", None)
+        if gradient_sum is not None:
+            gradient_sum.add(gradients, variables)
+            return
         optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         if not getattr(optimizer, "touched_rows", False):
             gradients = [_dense(g) for g in gradients]

@@ -101,5 +101,5 @@ class EMATeacherDistillation(Objective):
         tau = self.tau(self.optimizer.iterations)  # k = steps taken before this one
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
         if not self.frozen:
-            momentum_update(self.teacher, self.encoder, tau)
+            self.after_update(lambda: momentum_update(self.teacher, self.encoder, tau))
         return self.report(loss=loss, tau=tau)

@@ -1,8 +1,9 @@
 """The gin-configured train loop: strategy, data, objective, checkpoints, export.
 
 The trainer knows objectives only through their contract (`objectives.base.Objective`):
-it hands them the run's facts, feeds the input features they declare and
-exports the encoders they name.
+it hands them the run's facts, lets them build their input from `train.dataset_fn`
+(with the features they declare), runs the steps they name in the order they
+say, and exports the encoders they name.
 """
 
 import dataclasses
@@ -46,22 +47,28 @@ from tf_msemb.training.strategy import make_strategy
 
 
 def _make_step_function(model, strategy, inputs, jit_compile):
-    """`step()` -> the replica-averaged logs of one `train_step` on the next batch.
+    """`step(k)` -> the replica-averaged logs of the objective's step after `k` steps, on its next batch.
 
-    With `jit_compile`, XLA compiles each replica's step (the batch is read
-    outside the compiled part: tf.data and string ops cannot be compiled).
+    Each of the objective's `steps(inputs)` is traced once; `step_key(k)` picks
+    one. With `jit_compile`, XLA compiles each replica's step (the batch is
+    read outside the compiled part: tf.data and string ops cannot be compiled).
     """
-    replica_step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
 
-    @tf.function
-    def step():
-        per_replica = strategy.run(replica_step, args=(inputs.next_batch(),))
-        return {
-            name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
-            for name, value in per_replica.items()
-        }
+    def distributed(next_batch, replica_step):
+        replica_step = tf.function(replica_step, jit_compile=True) if jit_compile else replica_step
 
-    return step
+        @tf.function
+        def step():
+            per_replica = strategy.run(replica_step, args=(next_batch(),))
+            return {
+                name: strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)
+                for name, value in per_replica.items()
+            }
+
+        return step
+
+    steps = {key: distributed(*step) for key, step in model.steps(inputs).items()}
+    return lambda step: steps[model.step_key(step)]()
 
 
 def restore_encoder(encoder, source):
@@ -274,7 +281,7 @@ def train_loop(step_fn, model, inputs, checkpoints, exporter, log, settings, ste
             print(f"Time budget of {minutes} minutes reached at step {step}.", flush=True)
             break
         try:
-            logs = step_fn()
+            logs = step_fn(step)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             raise CorpusError(explain_data_error(e, inputs.source_files, step + 1)) from None
         step += 1
@@ -362,7 +369,7 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
         model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision,
                                            frozen_embeddings)
     set_packed_training(model, packed_training)
-    inputs = dataset_fn(strategy, global_batch_size, tokenizer=tokenizer, seed=seed, features=model.input_features)
+    inputs = model.make_input(dataset_fn, strategy, global_batch_size, tokenizer=tokenizer, seed=seed)
     # Dropout's random-seed states are Keras variables that the layers do not
     # expose to TensorFlow checkpoints; listing them makes resumed runs exact.
     seed_states = [v for v in model.non_trainable_variables if v.path.endswith("seed_generator_state")]
