@@ -86,6 +86,28 @@ def test_exports_and_peers_share_one_table_each_equal_to_the_suite_in_process(ex
     assert any(line.startswith("mUSE v3 ") for line in lines) and any(line.startswith("tiny ") for line in lines)
 
 
+def test_widths_add_a_row_per_model_and_narrower_width(export, fake_use, tmp_path):
+    """`--widths=8,32` on a 16-dimensional export and an 8-dimensional peer: one extra row, the export's first 8
+    dimensions re-normalized (32 and the peer's own width add none)."""
+    data = tmp_path / "data"
+    write_dev_data(data)
+    output = tmp_path / "table.json"
+    result = run_table(f"--model=tiny={export}", "--peer=muse", f"--data_dir={data}", "--parts=xsts,sts",
+                       "--widths=8,32", f"--output={output}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = json.loads(output.read_text())
+    assert list(table) == ["tiny", "tiny@d8", "mUSE v3"]
+    model = load_model(export)
+
+    def cut(sentences):
+        vectors = encode(model, sentences, verbose=False)[:, :8]
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    expected = figures(MultilingualDev(str(data), ["xsts", "sts"]).evaluate(cut))
+    assert table["tiny@d8"]["figures"] == pytest.approx(expected, abs=1e-4)
+    assert table["tiny@d8"]["figures"] != pytest.approx(table["tiny"]["figures"], abs=1e-3)
+
+
 def _best_holding(model_dir, export, step):
     """`model_dir/export/best`: a copy of `export` whose metadata says it holds `step`."""
     best = model_dir / "export" / "best"

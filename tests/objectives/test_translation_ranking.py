@@ -74,3 +74,46 @@ def test_two_replicas_equal_one_replica_with_the_full_batch(two_device_strategy)
 def test_temperature_overrides_scale():
     model = TranslationRanking(SentenceEncoder(10, **TINY), scale=3.0, temperature=0.05)
     assert model.scale == pytest.approx(20.0)
+
+
+def test_nested_widths_train_the_weighted_sum_of_each_prefix_loss():
+    """With `run.matryoshka_widths`, the step's loss is `sum_d w_d L(normalize(v[:, :d]))` (plain and
+    gradient-cached steps alike); objectives whose loss reads more than the vectors' cosines refuse."""
+    from tf_msemb.objectives.base import RunFacts
+    from tf_msemb.objectives.bidirectional_dual_encoder import BidirectionalDualEncoder
+    from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
+    from tf_msemb.objectives.ems import EMS
+
+    rng = np.random.default_rng(1)
+    ids = rng.integers(4, 40, size=(2, 6, 5)).astype(np.int32)
+    data = {side: {"token_ids": tf.constant(ids[i]), "padding_mask": tf.ones((6, 5), tf.bool)}
+            for i, side in enumerate(("src", "tgt"))}
+    losses = {}
+    for chunk in (None, 4):
+        keras.utils.set_random_seed(2)
+        encoder = SentenceEncoder(40, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=16,
+                                  max_sequence_length=8, dropout=0.0)
+        model = TranslationRanking(encoder, scale=5.0, run=RunFacts(matryoshka_widths=(4, 16, 8),
+                                                                    matryoshka_weights=(2.0, 1.0, 0.5),
+                                                                    gradient_cache_chunk=chunk))
+        model.compile(optimizer=keras.optimizers.SGD(0.0))
+        model.build()
+        x, y = encoder(data["src"]).numpy(), encoder(data["tgt"]).numpy()
+        expected = 0.0
+        for width, weight in [(16, 1.0), (8, 0.5), (4, 2.0)]:
+            scores = 5.0 * (x[:, :width] / np.linalg.norm(x[:, :width], axis=1, keepdims=True)) @ (
+                y[:, :width] / np.linalg.norm(y[:, :width], axis=1, keepdims=True)).T
+            forward = -np.mean(np.diag(scores) - np.log(np.exp(scores).sum(axis=1)))
+            backward = -np.mean(np.diag(scores) - np.log(np.exp(scores).sum(axis=0)))
+            expected += weight * (forward + backward)
+        losses[chunk] = float(model.train_step(data)["loss"])
+        assert losses[chunk] == pytest.approx(expected, rel=1e-4)
+    for cls, options in [(EMS, {}), (DualMomentumContrast, {"queue_size": 8}),
+                         (BidirectionalDualEncoder, {"scoring": "dot"})]:
+        encoder = SentenceEncoder(40, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=16,
+                                  max_sequence_length=8)
+        with pytest.raises(ValueError, match="matryoshka_widths"):
+            cls(encoder, run=RunFacts(matryoshka_widths=(8,)), **options)
+    with pytest.raises(ValueError, match="within the vectors' 16"):
+        TranslationRanking(SentenceEncoder(40, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=16,
+                                           max_sequence_length=8), run=RunFacts(matryoshka_widths=(32,)))

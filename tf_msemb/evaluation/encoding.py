@@ -89,3 +89,14 @@ class Memoized:
         if not sentences:
             return self.embed([])
         return np.stack([self.vectors[sentence] for sentence in sentences])
+
+
+def nested(embed, width):
+    """`embed` whose vectors keep their first `width` dimensions, re-normalized: what an export written with
+    `inference_module.output_dim = width` gives (normalizing before the cut changes only the length)."""
+
+    def embed_nested(sentences):
+        vectors = embed(sentences)[:, :width]
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    return embed_nested

@@ -110,7 +110,9 @@ def _model_rows(metadata):
         ("vocabulary", f"{tokenizer.get('class', '?')} ({tokenizer.get('asset') or 'no asset file'})"),
         ("longest input", f"{metadata.get('max_tokens', '?')} tokens, special tokens included (longer inputs are "
                           "truncated)"),
-        ("embedding dimension", metadata["embedding_dim"]),
+        ("embedding dimension", metadata["embedding_dim"] if metadata.get("full_embedding_dim", metadata[
+            "embedding_dim"]) == metadata["embedding_dim"] else f"{metadata['embedding_dim']} (the first "
+         f"{metadata['embedding_dim']} of the encoder's {metadata['full_embedding_dim']}, re-normalized)"),
         ("normalization", metadata["normalization"]),
         ("prompt applied inside", repr(metadata.get("prompt") or "") if metadata.get("prompt") else "none"),
         ("named prompts (applied by callers)", ", ".join(f"{k}: {v!r}" for k, v in prompts.items()) or "none"),

@@ -104,6 +104,9 @@ class EmbeddingModule(tf.Module):
             straight-through (`_packed_embed`).
         cpu_requirements: `export.cpu_check.CpuRequirement`s the graph's
             kernels need: checked by a `CpuCheck` when the export loads.
+        output_dim: outputs keep the encoder's first `output_dim` dimensions,
+            re-normalized (a Matryoshka-trained encoder's nested vectors);
+            None: all of them.
 
     What a SavedModel of it holds (see `_Parts` for why no Keras object):
     `variables` and `trainable_variables`, the `tf.Variable`s behind the
@@ -120,8 +123,12 @@ class EmbeddingModule(tf.Module):
     trainable_variables = None
 
     def __init__(self, tokenizer, encoder, sub_batch_size=32, packed=None, precision="float32", cpu_requirements=(),
-                 name=None):
+                 output_dim=None, name=None):
         super().__init__(name=name)
+        if output_dim is not None and not 0 < output_dim <= encoder.output_dim:
+            raise ValueError(f"output_dim = {output_dim} must be within the encoder's {encoder.output_dim} "
+                             "dimensions.")
+        self.output_dim = output_dim
         self.cpu_requirements = list(cpu_requirements)
         self.precision = precision
         self._parts = _Parts(tokenizer, encoder, packed)
@@ -170,14 +177,18 @@ class EmbeddingModule(tf.Module):
         _, parts = tf.while_loop(lambda i, _: i < count, body, [tf.constant(0), parts])
         return tf.gather(parts.concat(), tf.math.invert_permutation(order))
 
+    def _unit(self, vectors):
+        """Unit rows of `vectors` (their first `output_dim` dimensions when set)."""
+        return l2_normalize(vectors if self.output_dim is None else vectors[:, :self.output_dim])
+
     def _embed(self, inputs, training, differentiable=True):
         with tf.device("/cpu:0"):
             ids = self.tokenizer.tokenize(inputs)
         if self.packed is not None and not training:
             return self._packed_embed(ids, differentiable)
         if self.sub_batch_size and not training:
-            return l2_normalize(self._encode_sorted(ids, training))
-        return l2_normalize(self._encode(ids, training))
+            return self._unit(self._encode_sorted(ids, training))
+        return self._unit(self._encode(ids, training))
 
     def _packed_embed(self, ids, differentiable):
         """The packed forward; with `differentiable` below float32, its gradient is the Keras forward's (straight-through).
@@ -192,7 +203,7 @@ class EmbeddingModule(tf.Module):
         gradient that captures variables does not load into a differentiable
         restored function.
         """
-        vectors = l2_normalize(self.packed(ids))
+        vectors = self._unit(self.packed(ids))
         if self.precision == "float32" or not differentiable:
             return vectors
         weights = self.encoder.variables
@@ -202,7 +213,7 @@ class EmbeddingModule(tf.Module):
         def straight_through(vectors, *values):
             def gradient(upstream):
                 with keras.StatelessScope(state_mapping=list(zip(weights, values))):
-                    reference = l2_normalize(self._encode(ids, False))
+                    reference = self._unit(self._encode(ids, False))
                 wanted = [value for weight, value in zip(weights, values) if id(weight) in trainable]
                 grads = iter(tf.gradients(reference, wanted, grad_ys=upstream))
                 return [None] + [next(grads) if id(weight) in trainable else None for weight in weights]
@@ -260,7 +271,7 @@ def internal_ops(path):
 
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
                     inference="padded", selection=None, calibration=None, streams=None, required_ops=(),
-                    single_sentence=None, cpu_requirements=()):
+                    single_sentence=None, cpu_requirements=(), output_dim=None):
     """What a user needs to know about an export: written beside it as `tf_msemb_export.json`.
 
     `required_ops`: the ops the graph needs beyond stock TensorFlow and
@@ -284,7 +295,8 @@ def export_metadata(tokenizer, encoder, step=None, objective=None, precision="fl
         "signature": {"name": SIGNATURE, "input": INPUT_KEY, "output": OUTPUT_KEY},
         "serving_warmup": WARMUP_FILE,
         "input": "1-D tf.string tensor of raw sentences (normalized and tokenized inside)",
-        "embedding_dim": int(encoder.output_dim),
+        "embedding_dim": int(output_dim or encoder.output_dim),
+        "full_embedding_dim": int(encoder.output_dim),
         "max_tokens": int(tokenizer.max_length),
         "prompt": tokenizer.prompt,
         "prompts": dict(tokenizer.prompts),
@@ -317,7 +329,8 @@ def _packed(encoder, precision, streams, single_sentence):
 
 @gin.configurable(denylist=["tokenizer", "encoder"])
 def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32, packed=True, calibration_file=None,
-                     calibration_sentences=2000, int8=None, streams=INFERENCE_STREAMS, single_sentence=False):
+                     calibration_sentences=2000, int8=None, streams=INFERENCE_STREAMS, single_sentence=False,
+                     output_dim=None):
     """The `EmbeddingModule` an export saves: what the export runs, also usable in-process (dev evaluation).
 
     Speed switches (numerically safe defaults): `packed` (inference on the
@@ -348,6 +361,10 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
     (`PackedEncoder.single_sentence`; float32 within 1e-5 of the batch
     path, attention in float32 below it); off by default, as it slows
     batches in TF Serving's Session.
+    `output_dim` cuts the vectors to their first `output_dim` dimensions,
+    re-normalized, inside the graph (for an encoder trained with
+    `train.matryoshka_widths`); the metadata's `embedding_dim` is then that
+    width and `full_embedding_dim` the encoder's.
     An int8 or bfloat16 export checks the CPU when it loads
     (`export.cpu_check`: int8 writing bfloat16 or with 8-bit weights needs
     the AVX-512 / VNNI kernels of the CPU that wrote it; `Int8Options.target
@@ -367,7 +384,7 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
         packed_encoder = _packed(computing, precision, streams, single_sentence) if packed else None
         requirements = bfloat16_requirements() if precision == "mixed_bfloat16" else []
     module = EmbeddingModule(tokenizer, computing, sub_batch_size=sub_batch_size, packed=packed_encoder,
-                             precision=precision, cpu_requirements=requirements)
+                             precision=precision, cpu_requirements=requirements, output_dim=output_dim)
     # The calibration text by name and line count: an export names no path of the machine that wrote it.
     module.calibration = ({**describe_file(calibration_file), "sentences": calibration_sentences,
                            **packed_encoder.int8_report} if precision == "int8" else None)
@@ -398,7 +415,8 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
         provenance["operative_config"] = OPERATIVE_CONFIG
     metadata = export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
                                "packed" if packed is not None else "padded", selection, module.calibration,
-                               streams, internal_ops(path), single_sentence, module.cpu_requirements)
+                               streams, internal_ops(path), single_sentence, module.cpu_requirements,
+                               module.output_dim)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
         json.dump(metadata | {"provenance": provenance or None}, f, indent=2, default=str)
     write_model_card(path)

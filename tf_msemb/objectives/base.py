@@ -9,6 +9,8 @@ import gin
 import keras
 import tensorflow as tf
 
+from tf_msemb.losses.matryoshka import check_widths
+from tf_msemb.losses.matryoshka import matryoshka_loss
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.objectives import gradient_cache
 from tf_msemb.objectives.cross_replica import clip_summed_gradients
@@ -29,6 +31,11 @@ class RunFacts:
         gradient_cache_chunk: rows per encoder forward of a gradient-cached
             step (`train.gradient_cache_chunk`; None: the plain step). Only
             objectives whose loss couples a batch's sentences take it.
+        matryoshka_widths: widths d whose nested vectors (the first d
+            dimensions, re-normalized) the loss trains too
+            (`train.matryoshka_widths`; `losses.matryoshka`); None: the full
+            vectors only. Only objectives that `nest` take them.
+        matryoshka_weights: the loss weight of each width (default 1 each).
     """
 
     tokenizer: object = None
@@ -36,6 +43,8 @@ class RunFacts:
     global_batch_size: int = None
     seed: int = 0
     gradient_cache_chunk: int = None
+    matryoshka_widths: tuple = None
+    matryoshka_weights: tuple = None
 
 
 def _gin_bindings(cls):
@@ -110,7 +119,10 @@ class Objective(keras.Model):
     negatives) instead names its encoder calls (`towers`) and its loss on
     their outputs (`batch_loss`), and steps with `embedding_step`: the plain
     step, or with `run.gradient_cache_chunk` the gradient-cached one
-    (`objectives.gradient_cache`), whose gradient is the same.
+    (`objectives.gradient_cache`), whose gradient is the same. One whose
+    `batch_loss` scores the cosines of those outputs alone (no head, no
+    other vectors) sets `nests`: with `run.matryoshka_widths` its loss is
+    then the Matryoshka sum over nested widths (`losses.matryoshka`).
 
     Args:
         encoder: tokens -> `[b, d]` (the model exported after training).
@@ -145,6 +157,14 @@ class Objective(keras.Model):
                              f"sentences of a batch; {type(self).__name__}'s loss is per pair (unset it).")
         if chunk is not None and chunk < 1:
             raise ValueError(f"train.gradient_cache_chunk = {chunk} must be a positive number of rows.")
+        self.matryoshka = None
+        if self.run.matryoshka_widths:
+            if not self.nests:
+                raise ValueError(f"train.matryoshka_widths = {list(self.run.matryoshka_widths)} needs an objective "
+                                 "whose loss scores the cosines of the sentence vectors alone; "
+                                 f"{type(self).__name__}'s does not (unset it).")
+            self.matryoshka = check_widths(self.run.matryoshka_widths, self.run.matryoshka_weights,
+                                           ensure_built(encoder).output_dim)
 
     @property
     def options(self):
@@ -181,6 +201,8 @@ class Objective(keras.Model):
     def exports(self):
         """`{name: (tokenizer, encoder)}` of the models a run exports; `"encoder"` is the main one."""
         return {"encoder": (self.run.tokenizer, self.encoder)}
+
+    nests = False
 
     @property
     def couples_batch(self):
@@ -270,6 +292,12 @@ class Objective(keras.Model):
             gradients = clip_summed_gradients(gradients, clip_norm * self.optimizer.scale_loss(1.0))
         self.optimizer.apply(gradients, variables)
 
+    def vector_loss(self, embeddings, data):
+        """`batch_loss`, or with `run.matryoshka_widths` its weighted sum over the nested widths."""
+        if self.matryoshka is None:
+            return self.batch_loss(embeddings, data)
+        return matryoshka_loss(lambda nested: self.batch_loss(nested, data), embeddings, *self.matryoshka)
+
     def embedding_step(self, data):
         """One optimizer step on `batch_loss(towers(data))`; returns its results.
 
@@ -282,7 +310,7 @@ class Objective(keras.Model):
         if self.run.gradient_cache_chunk is None:
             with tf.GradientTape() as tape:
                 embeddings = {name: tower.embed() for name, tower in towers.items()}
-                results = self.batch_loss(embeddings, data)
+                results = self.vector_loss(embeddings, data)
                 scaled_loss = self.loss_to_minimize(results["loss"])
             self.minimize(tape, scaled_loss)
             return results
@@ -293,7 +321,7 @@ class Objective(keras.Model):
             return gradient_cache.chunk_seed(self.run.seed, self.optimizer.iterations, tower, chunk)
 
         def loss(embeddings):
-            results = self.batch_loss(embeddings, data)
+            results = self.vector_loss(embeddings, data)
             return results, self.loss_to_minimize(results["loss"])
 
         variables = self.trainable_variables

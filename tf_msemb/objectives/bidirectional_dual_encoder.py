@@ -69,6 +69,10 @@ class BidirectionalDualEncoder(TranslationRanking):
         if scoring == "cosine" and length_penalty:
             raise ValueError(f"BidirectionalDualEncoder.length_penalty = {length_penalty} needs scoring = 'dot': "
                              "under cosine scoring nothing resists it and it only shrinks the norms.")
+        run = kwargs.get("run")
+        if scoring == "dot" and run is not None and run.matryoshka_widths:
+            raise ValueError("train.matryoshka_widths needs BidirectionalDualEncoder.scoring = 'cosine': nested "
+                             "vectors are re-normalized, so a dot product of them is a cosine.")
         super().__init__(encoder, scale=scale, temperature=temperature, margin=margin, **kwargs)
         self.num_hard_negatives = num_hard_negatives
         self.length_penalty = length_penalty

@@ -42,6 +42,8 @@ class Task:
         weight: w_t, the task's loss weight.
         global_batch_size: the task's pairs per step over all replicas (None: the run's).
         gradient_cache_chunk: the task's `train.gradient_cache_chunk` (rows; None: the plain step).
+        matryoshka_widths: the task's `train.matryoshka_widths` (None: full vectors only).
+        matryoshka_weights: the task's `train.matryoshka_weights`.
     """
 
     name: str = gin.REQUIRED
@@ -50,6 +52,8 @@ class Task:
     weight: float = 1.0
     global_batch_size: int = None
     gradient_cache_chunk: int = None
+    matryoshka_widths: tuple = None
+    matryoshka_weights: tuple = None
 
 
 def task_batches_per_epoch(task_input, global_batch_size):
@@ -65,6 +69,11 @@ def task_batches_per_epoch(task_input, global_batch_size):
         raise ValueError("MultiTask.sampling = 'proportional' needs each task's corpora to count; a task's input "
                          "names none.")
     return examples / global_batch_size
+
+
+def _widths(matryoshka):
+    """`{"widths", "weights"}` of an objective's nested widths, or None."""
+    return None if matryoshka is None else {"widths": matryoshka[0], "weights": matryoshka[1]}
 
 
 @gin.configurable(denylist=["encoder"])
@@ -87,9 +96,10 @@ class MultiTask(Objective):
 
     def __init__(self, encoder, tasks=gin.REQUIRED, mode="summed", sampling="round_robin", **kwargs):
         run = kwargs.get("run")
-        if run is not None and run.gradient_cache_chunk is not None:
-            raise ValueError(f"train.gradient_cache_chunk = {run.gradient_cache_chunk} applies to one objective; "
-                             "a multi-task run sets it per task (Task.gradient_cache_chunk).")
+        for setting in ("gradient_cache_chunk", "matryoshka_widths"):
+            if run is not None and getattr(run, setting) is not None:
+                raise ValueError(f"train.{setting} = {getattr(run, setting)} applies to one objective; a multi-task "
+                                 f"run sets it per task (Task.{setting}).")
         super().__init__(encoder, **kwargs)
         tasks = list(tasks)
         names = [task.name for task in tasks]
@@ -103,7 +113,8 @@ class MultiTask(Objective):
         self.objectives = [
             task.objective(encoder=encoder, run=dataclasses.replace(
                 self.run, global_batch_size=task.global_batch_size or self.run.global_batch_size,
-                gradient_cache_chunk=task.gradient_cache_chunk))
+                gradient_cache_chunk=task.gradient_cache_chunk, matryoshka_widths=task.matryoshka_widths,
+                matryoshka_weights=task.matryoshka_weights))
             for task in tasks
         ]
         # TensorFlow checkpoints do not follow Keras' list attributes (a task's own state, e.g. an EMA teacher,
@@ -118,7 +129,8 @@ class MultiTask(Objective):
         return {"mode": self.mode, "sampling": self.sampling, "tasks": [
             {"name": task.name, "objective": type(objective).__name__, "weight": task.weight,
              "global_batch_size": objective.run.global_batch_size,
-             "gradient_cache_chunk": task.gradient_cache_chunk, "options": objective.options}
+             "gradient_cache_chunk": task.gradient_cache_chunk, "matryoshka": _widths(objective.matryoshka),
+             "options": objective.options}
             for task, objective in zip(self.tasks, self.objectives)]}
 
     @property

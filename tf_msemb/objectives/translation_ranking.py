@@ -25,6 +25,8 @@ class TranslationRanking(Objective):
         margin: additive margin on the positive (0 = plain softmax).
     """
 
+    nests = True
+
     def __init__(self, encoder, scale=20.0, temperature=None, margin=0.0, **kwargs):
         super().__init__(encoder, **kwargs)
         self.scale = 1.0 / temperature if temperature else scale

@@ -123,6 +123,8 @@ class Exporter:
         self.model_dir = model_dir
         self.provenance = provenance or run_provenance(model_dir)
         self.info = {"class": type(model).__name__, **model.options}
+        if model.matryoshka:
+            self.info["matryoshka"] = {"widths": model.matryoshka[0], "weights": model.matryoshka[1]}
         self.last_step = None  # the step of the latest `<step>` export, the same on every worker
 
     def __call__(self, step, final=False, selection=None):
@@ -315,7 +317,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
           checkpoint_every=1000, keep_checkpoints=3, export_every=None, seed=0, max_train_minutes=None,
           dataset_fn=make_distributed_dataset, init_from=None, precision="float32", jit_compile=False,
           packed_training=True, evaluators=(), eval_every=None, best_metric=None, best_mode="max", patience=None,
-          gradient_cache_chunk=None, frozen_embeddings=False, recipe=None):
+          gradient_cache_chunk=None, matryoshka_widths=None, matryoshka_weights=None, frozen_embeddings=False,
+          recipe=None):
     """Trains `objective(encoder=..., run=...)` and exports what it names (`Objective.exports`).
 
     `model_dir` gets checkpoints (an existing one is resumed exactly: weights,
@@ -343,7 +346,10 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     (rows) trains an objective with in-batch negatives by gradient caching
     (`objectives.gradient_cache`): the same gradient as the plain step, in
     the memory of one chunk's encoder activations, so the batch can exceed
-    what fits at once. `frozen_embeddings` freezes the student's token
+    what fits at once. `matryoshka_widths` (e.g. `[384, 256, 128, 64]`, with
+    `matryoshka_weights`, default 1 each) trains nested vectors: the loss of
+    every width's prefix, re-normalized (`losses.matryoshka`), so exports can
+    be cut to any of them (`inference_module.output_dim`). `frozen_embeddings` freezes the student's token
     embedding table (`models.encoder.freeze_token_embeddings`): no gradient,
     moments or update for its rows, which are most of a large-vocabulary
     model's parameters (XLM-R's 250K rows: 96M of multilingual-e5-small's
@@ -365,7 +371,9 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
         raise ValueError(f"train.gradient_cache_chunk = {gradient_cache_chunk} runs its chunks in a loop of "
                          "dynamic slices, which XLA does not compile; unset train.jit_compile.")
     with strategy.scope(), precision_policy(precision):
-        run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk)
+        run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk,
+                       tuple(matryoshka_widths) if matryoshka_widths else None,
+                       tuple(matryoshka_weights) if matryoshka_weights else None)
         model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision,
                                            frozen_embeddings)
     set_packed_training(model, packed_training)
