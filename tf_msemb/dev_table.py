@@ -37,11 +37,10 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.evaluation.encoding import Memoized
-from tf_msemb.evaluation.encoding import best_export
+from tf_msemb.evaluation.encoding import run_exports
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import nested
-from tf_msemb.evaluation.encoding import numbered_exports
 from tf_msemb.evaluation.encoding import resolve_export
 from tf_msemb.evaluation.multilingual_dev import FIGURES
 from tf_msemb.evaluation.multilingual_dev import PARTS
@@ -75,17 +74,14 @@ SHOWN = {"src->tgt": 100, "tgt->src": 100, "spearman": 1, "precision": 100, "rec
 
 def labelled_models(specs, all_exports):
     """`[(label, export path)]` of `--model` values (`[LABEL=]PATH`; with `all_exports`, `LABEL@step` rows and
-    `LABEL@best` where `best_export` gives one)."""
+    `LABEL@best` where `run_exports` gives one)."""
     models = []
     for spec in specs:
         label, equals, path = spec.partition("=")
         if not equals or os.path.exists(spec):
             label, path = os.path.basename(os.path.normpath(spec)), spec
         if all_exports:
-            exports = numbered_exports(path)
-            models += [(f"{label}@{step}", export) for step, export in exports]
-            best = best_export(path, [step for step, _ in exports])
-            models += [(f"{label}@best", best)] if best else []
+            models += [(f"{label}@{step}", export) for step, export in run_exports(path)]
         else:
             models.append((label, resolve_export(path)))
     return models

@@ -70,10 +70,9 @@ from tf_msemb.evaluation import search
 from tf_msemb.evaluation.classification import ZeroShotClassification
 from tf_msemb.evaluation.distillation import DistillationMSE
 from tf_msemb.evaluation.encoding import Memoized
-from tf_msemb.evaluation.encoding import best_export
+from tf_msemb.evaluation.encoding import run_exports
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
-from tf_msemb.evaluation.encoding import numbered_exports
 from tf_msemb.evaluation.mining import MiningEvaluator
 from tf_msemb.evaluation.retrieval import DocumentRetrieval
 from tf_msemb.evaluation.retrieval import PoolRetrieval
@@ -230,9 +229,7 @@ def export_paths():
     it holds has no versioned export."""
     if not FLAGS.all_exports:
         return [FLAGS.model]
-    exports = numbered_exports(FLAGS.model)
-    best = best_export(FLAGS.model, [step for step, _ in exports])
-    return [path for _, path in exports] + ([best] if best else [])
+    return [path for _, path in run_exports(FLAGS.model)]
 
 
 def run_mteb():
@@ -276,9 +273,7 @@ def main(argv):
     scale = 1.0 if FLAGS.task == "sts" else 100.0
     if FLAGS.all_exports:
         results, summaries = {}, {}
-        exports = numbered_exports(FLAGS.model)
-        best = best_export(FLAGS.model, [step for step, _ in exports])
-        for step, path in exports + ([("best", best)] if best else []):
+        for step, path in run_exports(FLAGS.model):
             results[step], summaries[step] = evaluate_export(evaluators, path, FLAGS.batch_size)
         print(format_steps(summaries, scale))
     else:

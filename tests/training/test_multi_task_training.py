@@ -23,7 +23,7 @@ TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, dropo
 
 def _objective(records, mode, sampling):
     data = functools.partial(make_distributed_dataset, corpora=[records], max_tokens=48)
-    tasks = [Task("rank", TranslationRanking, dataset_fn=data, weight=0.5),
+    tasks = [Task("rank", TranslationRanking, dataset_fn=data, weight=0.5, matryoshka_widths=(16, 8)),
              Task("ema", functools.partial(EMATeacherDistillation, tau_base=0.9, schedule="constant"),
                   dataset_fn=functools.partial(data, pair_weights={"en-de": 1.0}), global_batch_size=4)]
     return functools.partial(MultiTask, tasks=tasks, mode=mode, sampling=sampling)
@@ -78,6 +78,7 @@ def test_summed_run_logs_every_task_and_exports_the_student(tokenizer, quickstar
     with open(tmp_path / "run" / "export" / "final" / METADATA_FILE, encoding="utf-8") as f:
         objective = json.load(f)["objective"]
     assert objective["class"] == "MultiTask" and objective["mode"] == "summed"
-    assert [(t["name"], t["objective"], t["weight"]) for t in objective["tasks"]] == [
-        ("rank", "TranslationRanking", 0.5), ("ema", "EMATeacherDistillation", 1.0)]
+    assert [(t["name"], t["objective"], t["weight"], t["matryoshka"]) for t in objective["tasks"]] == [
+        ("rank", "TranslationRanking", 0.5, {"widths": [16, 8], "weights": [1.0, 1.0]}),
+        ("ema", "EMATeacherDistillation", 1.0, None)]
     assert result["steps"] == 4

@@ -223,3 +223,12 @@ def test_frozen_token_embeddings_stay_put_in_student_teacher_and_export(tokenize
     shapes = lambda variables: [tuple(v.shape) for v in variables]
     assert tuple(table.shape) in shapes(loaded.variables)
     assert tuple(table.shape) not in shapes(loaded.trainable_variables)
+
+
+def test_exports_record_an_objectives_nested_widths(tokenizer, tmp_path):
+    from tf_msemb.objectives.translation_ranking import TranslationRanking
+
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length, **TINY)
+    model = TranslationRanking(encoder, run=RunFacts(tokenizer, matryoshka_widths=(8, 16)))
+    assert Exporter(model, str(tmp_path), chief=True).info["matryoshka"] == {"widths": [16, 8], "weights": [1.0, 1.0]}
+    assert "matryoshka" not in Exporter(TranslationRanking(encoder), str(tmp_path), chief=True).info

@@ -43,6 +43,14 @@ def best_export(model_dir, steps):
     return None if step in steps else best
 
 
+def run_exports(model_dir):
+    """`[(step, path)]` of a training `model_dir`'s versioned exports in step order, then `("best", path)` when
+    `export/best` holds a step that has none (a run evaluated more often than it exported)."""
+    exports = numbered_exports(model_dir)
+    best = best_export(model_dir, [step for step, _ in exports])
+    return exports + ([("best", best)] if best else [])
+
+
 def load_model(path):
     """Loads an exported model; calling it maps strings to unit vectors."""
     return tf.saved_model.load(resolve_export(path))

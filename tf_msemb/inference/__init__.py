@@ -5,5 +5,6 @@ quantization.py (int8 matmuls), int8_calibration.py (layer-by-layer
 calibration and its options), int8_export.py (calibration text, probes and
 the int8 flags of the export commands), onednn.py (oneDNN ops without a
 Python wrapper), cpu_features.py (which oneDNN kernels this CPU runs) and
-control_flow.py. Training never imports this package; `export` does.
+control_flow.py. Only `export` and `configurables` import it directly (training reaches it
+through the export it writes).
 """

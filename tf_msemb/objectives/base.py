@@ -34,7 +34,7 @@ class RunFacts:
         matryoshka_widths: widths d whose nested vectors (the first d
             dimensions, re-normalized) the loss trains too
             (`train.matryoshka_widths`; `losses.matryoshka`); None: the full
-            vectors only. Only objectives that `nest` take them.
+            vectors only. Only objectives that `nests` take them.
         matryoshka_weights: the loss weight of each width (default 1 each).
     """
 

@@ -1,7 +1,6 @@
 """`TranslationRanking`: bidirectional in-batch softmax over translation pairs."""
 
 import gin
-import tensorflow as tf
 
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
 from tf_msemb.models.encoder import l2_normalize

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tf_msemb.data.records import data_loss_reason
 from tf_msemb.data.records import find_corrupt_shard
-from tf_msemb.evaluation.peers.interpreter import InterpreterError
+from tf_msemb.interpreter import InterpreterError
 from tf_msemb.training.checkpointing import CheckpointError
 from tf_msemb.training.strategy import StrategyError
 

@@ -27,7 +27,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.evaluation.peers.interpreter import run_json
+from tf_msemb.interpreter import run_json
 
 flags.DEFINE_multi_integer("size", [100_000], "Sentences per side.")
 flags.DEFINE_enum("index", "exact", ["exact", "ivf"], "Search: exact blocks or IVF.")

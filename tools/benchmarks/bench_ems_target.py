@@ -23,7 +23,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.evaluation.peers.interpreter import run_json
+from tf_msemb.interpreter import run_json
 from tf_msemb.text.vocabulary import CONTROL_IDS
 
 VARIANTS = ("inputs", "one_hot", "segment_sum")

@@ -63,7 +63,7 @@ from tf_msemb.inference.cpu_features import this_cpu
 
 import traffic
 from traffic import benchmark_sentences
-from tf_msemb.evaluation.peers.interpreter import run_json
+from tf_msemb.interpreter import run_json
 from peer import BACKENDS
 from peer import missing_note
 from peer import packaged_minilm

@@ -30,7 +30,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.evaluation.peers.interpreter import run_json
+from tf_msemb.interpreter import run_json
 
 ONE_WAY = ("exact", "flat", "ivf", "ivfpq", "hnsw")
 TWO_WAY = {"exact_2way": "float32", "exact_2way_bf16": "bfloat16"}  # kind -> matmul_dtype

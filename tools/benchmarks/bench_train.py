@@ -42,7 +42,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.evaluation.peers.interpreter import run_json
+from tf_msemb.interpreter import run_json
 from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available

@@ -27,7 +27,8 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.evaluation.peers.interpreter import run
+from tf_msemb.interpreter import PACKAGE_ROOT
+from tf_msemb.interpreter import run
 
 flags.DEFINE_string("model", None, "The export to encode with.")
 flags.DEFINE_string("corpus_dir", None, "tools/benchmarks/join_sentences.py's output (<lang>.aligned.txt, <lang>.shuffled.txt).")
@@ -38,13 +39,12 @@ flags.DEFINE_integer("workers", 2, "Beam worker processes.")
 flags.DEFINE_integer("num_shards", 8, "Shards of the Beam outputs.")
 flags.mark_flags_as_required(["model", "corpus_dir", "work_dir"])
 FLAGS = flags.FLAGS
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(*command):
     """Runs a command line of this repository; its wall seconds (a failure ends the command with its last error line)."""
     start = time.perf_counter()
-    run(command, " ".join(command[:2]), cwd=REPO)
+    run(command, " ".join(command[:2]), cwd=PACKAGE_ROOT)
     return time.perf_counter() - start
 
 

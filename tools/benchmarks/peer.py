@@ -2,8 +2,8 @@
 
 import os
 
-from tf_msemb.evaluation.peers.interpreter import can_import
-from tf_msemb.evaluation.peers.interpreter import run_json
+from tf_msemb.interpreter import can_import
+from tf_msemb.interpreter import run_json
 
 BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-qint8", "openvino", "openvino-qint8")
 PEER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_sentence_transformers.py")

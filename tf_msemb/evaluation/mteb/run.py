@@ -23,7 +23,7 @@ from tf_msemb.evaluation.mteb.tasks import local_bitext_mining
 from tf_msemb.evaluation.mteb.tasks import local_sts
 from tf_msemb.evaluation.mteb.tasks import main_scores
 from tf_msemb.evaluation.mteb.tasks import task_spec
-from tf_msemb.evaluation.peers import interpreter
+from tf_msemb import interpreter
 from tf_msemb.evaluation.tables import text_table
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines

