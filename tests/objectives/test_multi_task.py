@@ -85,6 +85,18 @@ def test_summed_step_applies_the_weighted_sum_of_each_tasks_gradient():
     assert {"rank/accuracy", "distill/mse_src", "distill/mse_tgt"} <= set(logs)
 
 
+def test_a_gradient_of_a_variable_the_optimizer_does_not_update_is_an_error():
+    """The sum is applied to the multi-task model's variables; a task's gradient of any other would vanish."""
+    from tf_msemb.objectives.base import GradientSum
+
+    kept, stray = keras.Variable([1.0, 2.0], name="kept"), keras.Variable([3.0], name="stray")
+    gradient_sum = GradientSum()
+    gradient_sum.add([tf.constant([0.5, 0.5]), tf.constant([1.0])], [kept, stray])
+    assert gradient_sum.gradients_and_variables([kept, stray])[1] == [kept, stray]
+    with pytest.raises(ValueError, match="stray"):
+        gradient_sum.gradients_and_variables([kept])
+
+
 def test_summed_gradient_is_clipped_as_one():
     """`global_clipnorm` clips the summed gradient, as a one-objective step of `sum w_t L_t` would: the change
     is the sum's direction at the clip norm (clipping each task apart points elsewhere)."""

@@ -114,6 +114,9 @@ def test_nested_widths_train_the_weighted_sum_of_each_prefix_loss():
                                   max_sequence_length=8)
         with pytest.raises(ValueError, match="matryoshka_widths"):
             cls(encoder, run=RunFacts(matryoshka_widths=(8,)), **options)
+    with pytest.raises(ValueError, match="needs train.matryoshka_widths"):
+        TranslationRanking(SentenceEncoder(40, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=16,
+                                           max_sequence_length=8), run=RunFacts(matryoshka_weights=(1.0,)))
     with pytest.raises(ValueError, match="within the vectors' 16"):
         TranslationRanking(SentenceEncoder(40, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=16,
                                            max_sequence_length=8), run=RunFacts(matryoshka_widths=(32,)))

@@ -38,5 +38,11 @@ def matryoshka_loss(loss_of, embeddings, widths, weights):
     for width, weight in zip(widths, weights):
         at_width = loss_of({name: nested_vectors(vectors, width) for name, vectors in embeddings.items()})
         total += weight * at_width["loss"]
-        results = results or at_width
+        if results is None:
+            results = at_width
     return {**results, "loss": total}
+
+
+def describe_widths(matryoshka):
+    """`{"widths", "weights"}` of `check_widths`' result (what export metadata records), or None."""
+    return None if matryoshka is None else {"widths": matryoshka[0], "weights": matryoshka[1]}

@@ -90,7 +90,12 @@ class GradientSum:
             self._sums[key] = (gradient, variable)
 
     def gradients_and_variables(self, variables):
-        """`(gradients, variables)` of those of `variables` (in their order) that received a gradient."""
+        """`(gradients, variables)` of those of `variables` (in their order) that received a gradient; a gradient
+        of any other variable is an error (it would be dropped)."""
+        stray = set(self._sums) - {id(v) for v in variables}
+        if stray:
+            raise ValueError(f"Gradients of variables the optimizer does not update: "
+                             f"{sorted(self._sums[key][1].path for key in stray)}.")
         pairs = [self._sums[id(v)] for v in variables if id(v) in self._sums]
         return [g for g, _ in pairs], [v for _, v in pairs]
 
@@ -158,6 +163,9 @@ class Objective(keras.Model):
         if chunk is not None and chunk < 1:
             raise ValueError(f"train.gradient_cache_chunk = {chunk} must be a positive number of rows.")
         self.matryoshka = None
+        if self.run.matryoshka_weights and not self.run.matryoshka_widths:
+            raise ValueError(f"train.matryoshka_weights = {list(self.run.matryoshka_weights)} needs "
+                             "train.matryoshka_widths, one width per weight.")
         if self.run.matryoshka_widths:
             if not self.nests:
                 raise ValueError(f"train.matryoshka_widths = {list(self.run.matryoshka_widths)} needs an objective "

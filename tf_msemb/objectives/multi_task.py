@@ -20,6 +20,7 @@ import numpy as np
 
 from tf_msemb.data.corpora import corpus_streams
 from tf_msemb.data.distributed import TaskInputs
+from tf_msemb.losses.matryoshka import describe_widths
 from tf_msemb.objectives.base import GradientSum
 from tf_msemb.objectives.base import Objective
 
@@ -69,11 +70,6 @@ def task_batches_per_epoch(task_input, global_batch_size):
         raise ValueError("MultiTask.sampling = 'proportional' needs each task's corpora to count; a task's input "
                          "names none.")
     return examples / global_batch_size
-
-
-def _widths(matryoshka):
-    """`{"widths", "weights"}` of an objective's nested widths, or None."""
-    return None if matryoshka is None else {"widths": matryoshka[0], "weights": matryoshka[1]}
 
 
 @gin.configurable(denylist=["encoder"])
@@ -129,7 +125,7 @@ class MultiTask(Objective):
         return {"mode": self.mode, "sampling": self.sampling, "tasks": [
             {"name": task.name, "objective": type(objective).__name__, "weight": task.weight,
              "global_batch_size": objective.run.global_batch_size,
-             "gradient_cache_chunk": task.gradient_cache_chunk, "matryoshka": _widths(objective.matryoshka),
+             "gradient_cache_chunk": task.gradient_cache_chunk, "matryoshka": describe_widths(objective.matryoshka),
              "options": objective.options}
             for task, objective in zip(self.tasks, self.objectives)]}
 

@@ -21,6 +21,7 @@ import tensorflow as tf
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.text_files import CorpusError
 from tf_msemb.export.saved_model import copy_version
+from tf_msemb.losses.matryoshka import describe_widths
 from tf_msemb.export.saved_model import export_version
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
@@ -124,7 +125,7 @@ class Exporter:
         self.provenance = provenance or run_provenance(model_dir)
         self.info = {"class": type(model).__name__, **model.options}
         if model.matryoshka:
-            self.info["matryoshka"] = {"widths": model.matryoshka[0], "weights": model.matryoshka[1]}
+            self.info["matryoshka"] = describe_widths(model.matryoshka)
         self.last_step = None  # the step of the latest `<step>` export, the same on every worker
 
     def __call__(self, step, final=False, selection=None):
