@@ -127,8 +127,10 @@ def _keras_gradients(tokenizer, encoder, projection, sentences=SENTENCES):
 
 
 # Gradients at training=False against the float32 Keras forward's, relative to the largest: exact for float32 packed
-# and padded and for int8 (whose gradient is that forward's, straight-through); bfloat16's reference runs in bfloat16.
-GRADIENT_TOLERANCE = {"float32": 1e-5, "padded": 1e-5, "mixed_bfloat16": 2e-2, "int8": 1e-5, "float32_single": 1e-5,
+# and padded and for int8 (whose gradient is that forward's, straight-through); bfloat16's gradient is its own
+# bfloat16 forward's. Its worst variable measured 1.1-1.3 % with oneDNN's native bfloat16 (AMX) and 2.3-2.6 % in
+# Eigen's emulation (ONEDNN_MAX_CPU_ISA=AVX2 TF_ENABLE_ONEDNN_OPTS=0); a missing or mis-scaled path is off by ~100 %.
+GRADIENT_TOLERANCE = {"float32": 1e-5, "padded": 1e-5, "mixed_bfloat16": 4e-2, "int8": 1e-5, "float32_single": 1e-5,
                       "int8_single": 1e-5, "int8_token": 1e-5}
 
 
