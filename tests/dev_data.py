@@ -10,8 +10,9 @@ import numpy as np
 from tf_msemb.evaluation.multilingual_dev import MULTI30K_LANGUAGES
 from tf_msemb.evaluation.multilingual_dev import XSTS_LANGUAGES
 
-N_TRAIN, N_VAL, N_STS, N_TATOEBA = 90, 12, 9, 6
-MISTRANSLATED_CS = 3  # Czech val lines 0..2 carry the meaning of the next of them (0 that of 1, ..., 2 that of 0)
+N_TRAIN, N_VAL, N_STS, N_TATOEBA = 30, 36, 16, 6
+MISTRANSLATED_CS = 9  # Czech val lines 0..8 carry the meaning of the next of them (0 that of 1, ..., 8 that of 0)
+MISTRANSLATED_DE = 6  # German STS-b sentence 2 of rows 0..5 carries another meaning
 KEY = re.compile(r"#(\w+)")
 WORDS = ["a dog runs", "two men", "the woman sings", "a red car", "children play", "on the beach", "a big house",
          "at night", "the old man"]  # so that a real encoder's cosines vary from row to row
@@ -40,13 +41,12 @@ def caption(lang, key):
 
 
 def write_dev_data(root):
-    """A data folder with the layout of ../shared/data: Multi30k (one duplicate train line that must not be drawn
-    twice), STS-b dev in en + ten languages (German sentence 2 of rows 0-2 mistranslated) and Tatoeba."""
+    """A data folder with the layout of ../shared/data: Multi30k (Czech val lines 0-8 mistranslated), STS-b dev in
+    en + ten languages (German sentence 2 of rows 0-5 mistranslated) and Tatoeba."""
     m30k = root / "multi30k"
     m30k.mkdir(parents=True)
     for lang in ("en", *MULTI30K_LANGUAGES):
         train = [caption(lang, f"t{i}") for i in range(N_TRAIN)]
-        train[7] = train[3]  # a repeated caption: it may be drawn once at most
         val = [caption(lang, f"v{(i + 1) % MISTRANSLATED_CS if lang == 'cs' and i < MISTRANSLATED_CS else i}")
                for i in range(N_VAL)]
         for split, lines in (("train", train), ("val", val)):
@@ -54,12 +54,13 @@ def write_dev_data(root):
                 f.write("\n".join(lines) + "\n")
     stsb = root / "stsb_multi_mt"
     stsb.mkdir()
-    gold = [4.5, 0.5, 3.0, 2.0, 5.0, 1.5, 3.5, 2.5, 4.0]
+    gold = [4.5, 0.5, 3.0, 2.0, 5.0, 1.5, 3.5, 2.5, 4.0, 0.0, 1.0, 4.8, 2.2, 3.8, 0.8, 2.8]
     for lang in ("en", *XSTS_LANGUAGES):
         rows = []
         for i, score in enumerate(gold):
-            second = f"r{i}b" if lang != "de" or i >= 3 else f"de{i}"
-            rows.append(f'"{lang} first #r{i}a {WORDS[i]}",{lang} second #{second} {WORDS[-1 - i]},{score}')
+            second = f"r{i}b" if lang != "de" or i >= MISTRANSLATED_DE else f"de{i}"
+            rows.append(f'"{lang} first #r{i}a {WORDS[i % len(WORDS)]}",{lang} second #{second} '
+                        f'{WORDS[-1 - i % len(WORDS)]},{score}')
         (stsb / f"stsb-{lang}-dev.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     tatoeba = root / "tatoeba"
     tatoeba.mkdir()

@@ -11,6 +11,8 @@ import pytest
 from conftest import REPO
 from conftest import SHARED_DATA
 from tf_msemb.config import parse_config
+from tf_msemb.evaluation.multilingual_dev import FIGURES
+from tf_msemb.evaluation.multilingual_dev import SELECTION_FIGURES
 
 PRETRAINED_RECIPES = ("sts_stage1.gin", "ema_distill.gin", "distill_minilm_multi30k.gin")
 RECIPES = sorted(os.path.basename(path) for path in glob.glob(f"{REPO}/configs/*.gin"))
@@ -110,6 +112,17 @@ def test_every_recipe_evaluates_on_dev_files_that_exist_and_selects_a_best_step(
     if not os.path.isdir(SHARED_DATA):
         dev_files = set()
     assert [path for path in dev_files if not os.path.exists(os.path.join(REPO, path))] == []
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_no_recipe_selects_on_a_figure_the_dev_table_reports(name):
+    """`export/best` is chosen on a figure no table sets against a peer: the dev table's selection half
+    (`dev/xsts select`) or a figure of another evaluator (e.g. the distillation MSE)."""
+    parse_config([recipe(name)], [])
+    metric = gin.query_parameter("train.best_metric")
+    reported = {f"dev/{figure}" for figure in FIGURES if figure not in SELECTION_FIGURES}
+    assert metric not in reported and not metric.startswith(("dev/stsb dev", "dev/mining", "dev/multi30k",
+                                                                "dev/tatoeba", "dev/sts ")), metric
 
 
 def test_an_include_from_a_subfolder_logs_no_error(caplog):

@@ -18,6 +18,7 @@ from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.evaluation.encoding import best_export
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
+from tf_msemb.evaluation.multilingual_dev import STS_LANGUAGES
 from tf_msemb.evaluation.multilingual_dev import MultilingualDev
 from tf_msemb.evaluation.multilingual_dev import figures
 from tf_msemb.evaluation.peers.encoders import PeerEncoder
@@ -61,20 +62,20 @@ def test_exports_and_peers_share_one_table_each_equal_to_the_suite_in_process(ex
     data = tmp_path / "data"
     write_dev_data(data)
     output = tmp_path / "table.json"
-    result = run_table(f"--model=tiny={export}", "--peer=muse", f"--data_dir={data}", "--distractors=8",
+    result = run_table(f"--model=tiny={export}", "--peer=muse", f"--data_dir={data}",
                        f"--output={output}")
     assert result.returncode == 0, result.stderr[-3000:]
     table = json.loads(output.read_text())
     assert list(table) == ["tiny", "mUSE v3"]
 
-    suite = MultilingualDev(str(data), distractors=8)
+    suite = MultilingualDev(str(data))
     model = load_model(export)
     expected = {"tiny": suite.evaluate(lambda s: encode(model, s, verbose=False)),
                 "mUSE v3": suite.evaluate(fake_use_vectors)}
     for label, rows in expected.items():
         assert table[label]["figures"] == pytest.approx(figures(rows), abs=1e-4), label
-        assert set(table[label]["figures"]) == {"retrieval", "xsts mean", "sts en", "sts de", "sts fr", "tatoeba",
-                                                "mining f1"}
+        assert set(table[label]["figures"]) == {"retrieval", "xsts mean", "sts mean", "tatoeba", "mining f1",
+                                                "xsts select"} | {f"sts {lang}" for lang in STS_LANGUAGES}
     # The two columns differ, so neither was scored with the other's vectors.
     assert table["tiny"]["figures"]["xsts mean"] != pytest.approx(table["mUSE v3"]["figures"]["xsts mean"], abs=0.1)
 
@@ -82,7 +83,7 @@ def test_exports_and_peers_share_one_table_each_equal_to_the_suite_in_process(ex
     header = next(line for line in lines if line.startswith("set "))
     assert header.split()[2:] == ["tiny", "mUSE", "v3"]
     figures_header = next(line for line in lines if line.startswith("model "))
-    assert "xsts mean" in figures_header and "mining f1" in figures_header
+    assert "xsts mean" in figures_header and "mining f1" in figures_header and "xsts select" in figures_header
     assert any(line.startswith("mUSE v3 ") for line in lines) and any(line.startswith("tiny ") for line in lines)
 
 

@@ -1,4 +1,4 @@
-"""The multilingual dev table: the figures a multilingual user reads first, all on public dev data.
+"""The multilingual dev table: the figures a multilingual user reads first, all on public dev data no recipe trains on.
 
 `MultilingualDev` runs five parts over a data folder laid out as `../shared/data`
 (`multi30k/`, `stsb_multi_mt/`, `tatoeba/`):
@@ -6,12 +6,17 @@
 - `retrieval`: Multi30k val, en-de / en-fr / en-cs, nearest neighbour both ways (`TranslationRetrieval`);
 - `xsts`: STS-b dev (stsb_multi_mt) with sentence 1 in English and sentence 2 in each of its ten other
   languages (seed 001, Sec. 4.1's cross-lingual STS), and their mean;
-- `sts`: monolingual STS-b dev in en, de and fr;
+- `sts`: monolingual STS-b dev in all eleven of its languages;
 - `tatoeba`: Tatoeba deu-eng accuracy, both ways (LASER's sets);
-- `mining`: BUCC-style mining (`bucc_style_splits`): for de-en, fr-en and cs-en, Multi30k val's
-  1,014 gold pairs hidden among captions on each side that have no partner, mined with LASER's BUCC
-  setting (ratio margin, k = 4, max-score selection; seed 001, Sec. 4.2), at the threshold with the
-  best F1 on a train split built the same way from other captions (BUCC tunes it on its training data).
+- `mining`: BUCC-style mining (`bucc_style_splits`) of de-en, fr-en and cs-en built from Multi30k val alone
+  (gold pairs hidden among captions that have no partner), mined with LASER's BUCC setting (ratio margin,
+  k = 4, max-score selection; seed 001, Sec. 4.2), at the threshold with the best F1 on a separate
+  threshold part built the same way from other val lines (BUCC tunes it on its training data).
+
+Selection apart from report: STS-b dev is cut into two halves (`sts_halves`, rows sharing a sentence kept
+together). Every STS figure is scored on the report half; the selection half gives one figure only,
+`xsts select` (the cross-lingual mean), which recipes select `export/best` on and no table reports against
+a peer.
 
 `figures` turns its rows into the headline numbers (points, x100) that `tf_msemb.dev_table` prints and
 that training logs as `<name>/<figure>`.
@@ -27,71 +32,99 @@ from tf_msemb.evaluation.mining import MiningEvaluator
 from tf_msemb.evaluation.mining import MiningSplit
 from tf_msemb.evaluation.retrieval import read_aligned
 from tf_msemb.evaluation.retrieval import translation_accuracy
-from tf_msemb.evaluation.sts import STSEvaluator
+from tf_msemb.evaluation.sts import correlations
+from tf_msemb.evaluation.sts import set_cosines
+from tf_msemb.evaluation.sts import sts_sets
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import read_lines
 
 PARTS = ("retrieval", "xsts", "sts", "tatoeba", "mining")
 MULTI30K_LANGUAGES = ("de", "fr", "cs")
 XSTS_LANGUAGES = ("de", "es", "fr", "it", "ja", "nl", "pl", "pt", "ru", "zh")
-STS_LANGUAGES = ("en", "de", "fr")
-FIGURES = ("retrieval", "xsts mean", "sts en", "sts de", "sts fr", "tatoeba", "mining f1")
+STS_LANGUAGES = ("en", *XSTS_LANGUAGES)
+# The figures table's columns; `figures` also gives `sts <lang>` for every language of STS_LANGUAGES.
+FIGURES = ("retrieval", "xsts mean", "sts mean", "sts en", "sts de", "sts fr", "tatoeba", "mining f1",
+           "xsts select")
+# Figures for choosing `export/best`, on data no reported figure scores.
+SELECTION_FIGURES = ("xsts select",)
 
 
-def bucc_style_splits(multi30k_dir, languages=MULTI30K_LANGUAGES, distractors=3000, seed=0):
-    """`{xx: (train, test)}` `MiningSplit`s of xx-en mining built from Multi30k (xx the source side, as BUCC).
+def bucc_style_splits(multi30k_dir, languages=MULTI30K_LANGUAGES, seed=0):
+    """`{xx: (threshold, test)}` `MiningSplit`s of xx-en mining (xx the source side, as BUCC) from Multi30k val.
 
-    test: val's aligned xx/en lines are the gold pairs; each side adds `distractors` train captions whose
-    translation is on neither side (source and target distractors come from disjoint train lines).
-    train: the same from train lines only (as many gold pairs as val has), for the threshold. One draw of
-    train lines serves every language, so the English pools are the same for all pairs; a line whose text
-    in any language repeats one already taken (or a val line) is skipped, so no sentence has a twin.
+    Val is the one Multi30k split no recipe trains on. Its usable lines (no empty text, no text repeating an
+    earlier line's in any language) are shuffled once and cut: a third for the threshold part, the rest for
+    the test part. Each part takes a third of its lines as gold pairs (their aligned xx/en texts), a third as
+    source distractors (their xx text only) and a third as target distractors (their en text only), so every
+    pool is half gold and no distractor's translation is on the other side. One draw serves every language:
+    the English pools are the same for all pairs.
     """
     languages = tuple(languages)
-    path = {(split, lang): os.path.join(multi30k_dir, f"{split}.{lang}.gz")
-            for split in ("train", "val") for lang in ("en", *languages)}
-    lines = {key: read_lines(p) for key, p in path.items()}
-    for split in ("train", "val"):
-        sizes = {lang: len(lines[split, lang]) for lang in ("en", *languages)}
-        if len(set(sizes.values())) > 1:
-            raise CorpusError(f"Multi30k {split} files in {multi30k_dir} are not line-aligned: {sizes} lines.")
-    gold_size = len(lines["val", "en"])
-    seen = {lang: set(lines["val", lang]) for lang in ("en", *languages)}
-    taken = []
-    needed = gold_size + 4 * distractors
-    for i in np.random.default_rng(seed).permutation(len(lines["train", "en"])):
-        texts = {lang: lines["train", lang][i] for lang in seen}
+    lines = {lang: read_lines(os.path.join(multi30k_dir, f"val.{lang}.gz")) for lang in ("en", *languages)}
+    sizes = {lang: len(text) for lang, text in lines.items()}
+    if len(set(sizes.values())) > 1:
+        raise CorpusError(f"Multi30k val files in {multi30k_dir} are not line-aligned: {sizes} lines.")
+    seen = {lang: set() for lang in lines}
+    usable = []
+    for i in range(sizes["en"]):
+        texts = {lang: lines[lang][i] for lang in lines}
         if any(text in seen[lang] or not text.strip() for lang, text in texts.items()):
             continue
         for lang, text in texts.items():
             seen[lang].add(text)
-        taken.append(int(i))
-        if len(taken) == needed:
+        usable.append(i)
+    if len(usable) < 18:
+        raise CorpusError(f"Multi30k val in {multi30k_dir} has {len(usable)} usable lines; mining needs 18.")
+    order = [usable[i] for i in np.random.default_rng(seed).permutation(len(usable))]
+    cut = len(order) // 3
+    parts = (order[:cut], order[cut:])
+
+    def split(lang, indices):
+        third = len(indices) // 3
+        gold, src, tgt = indices[:third], indices[third:2 * third], indices[2 * third:3 * third]
+        src_ids = [f"g{n}" for n in range(third)] + [f"s{n}" for n in range(third)]
+        tgt_ids = [f"g{n}" for n in range(third)] + [f"t{n}" for n in range(third)]
+        return MiningSplit(src_ids, [lines[lang][i] for i in gold + src], tgt_ids,
+                           [lines["en"][i] for i in gold + tgt], {(f"g{n}", f"g{n}") for n in range(third)})
+
+    return {lang: tuple(split(lang, part) for part in parts) for lang in languages}
+
+
+def sts_halves(first_sentences, second_sentences, seed=0):
+    """`(select, report)`: sorted row indices of two halves of an STS set, rows that share a sentence together.
+
+    Rows joined by a repeated sentence (STS-b dev repeats 61 of its English sentences, one 13 times) form one
+    group; the groups are shuffled and dealt to the selection half until it holds half the rows, so no
+    sentence is scored in both halves.
+    """
+    parent = list(range(len(first_sentences)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner = {}
+    for row, sentences in enumerate(zip(first_sentences, second_sentences)):
+        for sentence in sentences:
+            parent[root(row)] = root(owner.setdefault(sentence, row))
+    groups = {}
+    for row in range(len(parent)):
+        groups.setdefault(root(row), []).append(row)
+    groups = list(groups.values())
+    select = []
+    for group in np.random.default_rng(seed).permutation(len(groups)):
+        if len(select) >= len(parent) // 2:
             break
-    else:
-        raise CorpusError(f"Multi30k train in {multi30k_dir} has {len(taken)} usable lines; "
-                          f"{needed} are needed for {distractors} distractors a side.")
-    test_src, test_tgt, train_gold, train_src, train_tgt = (
-        taken[:distractors], taken[distractors:2 * distractors], taken[2 * distractors:2 * distractors + gold_size],
-        taken[-2 * distractors:-distractors], taken[-distractors:])
+        select += groups[group]
+    chosen = set(select)
+    return sorted(chosen), [row for row in range(len(parent)) if row not in chosen]
 
-    def split(gold_lines, src_lines, tgt_lines):
-        src_ids = [f"g{n}" for n in range(len(gold_lines[0]))] + [f"s{n}" for n in range(len(src_lines))]
-        tgt_ids = [f"g{n}" for n in range(len(gold_lines[1]))] + [f"t{n}" for n in range(len(tgt_lines))]
-        gold = {(f"g{n}", f"g{n}") for n in range(len(gold_lines[0]))}
-        return MiningSplit(src_ids, gold_lines[0] + src_lines, tgt_ids, gold_lines[1] + tgt_lines, gold)
 
-    def train_lines(lang, indices):
-        return [lines["train", lang][i] for i in indices]
-
-    splits = {}
-    for lang in languages:
-        train = split((train_lines(lang, train_gold), train_lines("en", train_gold)),
-                      train_lines(lang, train_src), train_lines("en", train_tgt))
-        test = split((lines["val", lang], lines["val", "en"]), train_lines(lang, test_src),
-                     train_lines("en", test_tgt))
-        splits[lang] = (train, test)
-    return splits
+def rows_of(sts_set, rows):
+    first, second, gold = sts_set
+    return [first[i] for i in rows], [second[i] for i in rows], np.asarray(gold)[rows]
 
 
 @gin.configurable(module="tf_msemb.evaluation")
@@ -101,25 +134,24 @@ class MultilingualDev(Evaluator):
     Args:
         data_dir: the folder holding `multi30k/`, `stsb_multi_mt/` and `tatoeba/` (`../shared/data`).
         parts: which of `PARTS` to run (a recipe's dev curve may take the cheap ones only).
-        distractors: captions without a partner added to each side of a mining pool.
-        seed: the draw of the mining pools' train lines.
+        seed: the draw of the mining parts and of the STS-b halves.
         name: the metric prefix.
 
-    Rows: `multi30k val en-xx` (`src->tgt`, `tgt->src`, `mean`), `stsb dev en-xx` / `stsb dev xx-xx`
-    (`spearman`, `pearson`), `tatoeba deu-eng` and `mining xx-en train` / `mining xx-en test`
-    (`precision`, `recall`, `f1`, `threshold`). The summary is `figures`, keyed `<name>/<figure>`.
+    Rows: `multi30k val en-xx` (`src->tgt`, `tgt->src`, `mean`), `stsb dev en-xx` / `stsb dev xx-xx` (report
+    half) and `stsb select en-xx` (selection half) (`spearman`, `pearson`), `tatoeba deu-eng` and
+    `mining xx-en threshold` / `mining xx-en test` (`precision`, `recall`, `f1`, `threshold`). The summary is
+    `figures`, keyed `<name>/<figure>`.
     """
 
     setting_metrics = ("threshold",)
 
-    def __init__(self, data_dir, parts=PARTS, distractors=3000, seed=0, name="dev"):
+    def __init__(self, data_dir, parts=PARTS, seed=0, name="dev"):
         unknown = sorted(set(parts) - set(PARTS))
         if unknown or not parts:
             raise CorpusError(f"MultilingualDev.parts={list(parts)!r}: choose from {PARTS}.")
         self.name, self.parts = name, tuple(parts)
-        self.derived_rows = tuple(f"mining {lang}-en train" for lang in MULTI30K_LANGUAGES)
+        self.derived_rows = tuple(f"mining {lang}-en threshold" for lang in MULTI30K_LANGUAGES)
         multi30k = os.path.join(data_dir, "multi30k")
-        stsb = os.path.join(data_dir, "stsb_multi_mt")
         self.aligned = {}
         if "retrieval" in parts:
             for lang in MULTI30K_LANGUAGES:
@@ -130,19 +162,30 @@ class MultilingualDev(Evaluator):
             self.aligned["tatoeba deu-eng"] = read_aligned(f"{tatoeba}.deu", f"{tatoeba}.eng")
         pairs = [f"en-{lang}" for lang in XSTS_LANGUAGES] * ("xsts" in parts)
         pairs += [f"{lang}-{lang}" for lang in STS_LANGUAGES] * ("sts" in parts)
-        self.sts = STSEvaluator(stsb_dir=stsb, stsb_pairs=pairs, split="dev") if pairs else None
+        self.sts = {}
+        if pairs:
+            stsb = os.path.join(data_dir, "stsb_multi_mt")
+            whole = sts_sets(stsb_dir=stsb, stsb_pairs=pairs, split="dev")
+            english = sts_sets(stsb_dir=stsb, stsb_pairs=["en-en"], split="dev")["stsb dev en-en"]
+            select, report = sts_halves(english[0], english[1], seed)
+            self.sts = {name: rows_of(sts_set, report) for name, sts_set in whole.items()}
+            if "xsts" in parts:
+                self.sts |= {f"stsb select en-{lang}": rows_of(whole[f"stsb dev en-{lang}"], select)
+                             for lang in XSTS_LANGUAGES}
         self.mining = {}
         if "mining" in parts:
-            for lang, (train, test) in bucc_style_splits(multi30k, MULTI30K_LANGUAGES, distractors, seed).items():
-                self.mining[lang] = MiningEvaluator(train, test, k=4, margin="ratio", selection="max")
+            for lang, (threshold, test) in bucc_style_splits(multi30k, MULTI30K_LANGUAGES, seed).items():
+                self.mining[lang] = MiningEvaluator(threshold, test, k=4, margin="ratio", selection="max")
 
     def evaluate(self, embed):
         results = {name: translation_accuracy(embed(src), embed(tgt)) | {"size": len(src)}
                    for name, (src, tgt) in self.aligned.items()}
-        if self.sts:
-            results |= self.sts.evaluate(embed)
+        for name, cosine in set_cosines(self.sts, embed).items():
+            results[name] = correlations(cosine, self.sts[name][2])
         for lang, evaluator in self.mining.items():
-            results |= {f"mining {lang}-en {split}": row for split, row in evaluator.evaluate(embed).items()}
+            rows = evaluator.evaluate(embed)
+            results[f"mining {lang}-en threshold"] = rows["train"]
+            results[f"mining {lang}-en test"] = rows["test"]
         return results
 
     def summary(self, per_set):
@@ -153,8 +196,9 @@ def figures(per_set):
     """The headline figures (points, x100) of `MultilingualDev.evaluate` rows, those its parts give.
 
     `retrieval`: mean accuracy over Multi30k's three pairs and both directions; `xsts mean`: mean Spearman
-    of the ten en-xx STS-b sets; `sts <lang>`: Spearman of the monolingual set; `tatoeba`: mean accuracy
-    of both directions; `mining f1`: mean test F1 of the three pairs.
+    of the ten en-xx STS-b sets (report half); `sts <lang>`: Spearman of the monolingual set (report half) and
+    `sts mean` their mean over all eleven languages; `tatoeba`: mean accuracy of both directions; `mining f1`:
+    mean test F1 of the three pairs; `xsts select`: the cross-lingual mean on the selection half.
     """
     found = {}
 
@@ -165,9 +209,10 @@ def figures(per_set):
 
     found["retrieval"] = mean([f"multi30k val en-{lang}" for lang in MULTI30K_LANGUAGES], "mean", 100)
     found["xsts mean"] = mean([f"stsb dev en-{lang}" for lang in XSTS_LANGUAGES], "spearman", 1)
+    found["sts mean"] = mean([f"stsb dev {lang}-{lang}" for lang in STS_LANGUAGES], "spearman", 1)
     for lang in STS_LANGUAGES:
         found[f"sts {lang}"] = mean([f"stsb dev {lang}-{lang}"], "spearman", 1)
     found["tatoeba"] = mean(["tatoeba deu-eng"], "mean", 100)
     found["mining f1"] = mean([f"mining {lang}-en test" for lang in MULTI30K_LANGUAGES], "f1", 100)
+    found["xsts select"] = mean([f"stsb select en-{lang}" for lang in XSTS_LANGUAGES], "spearman", 1)
     return {figure: value for figure, value in found.items() if value is not None}
-

@@ -35,6 +35,11 @@ def row_cosines(embeddings1, embeddings2):
     return np.sum(embeddings1 * embeddings2, axis=1) / np.maximum(norms, 1e-12)
 
 
+def set_cosines(sets, embed):
+    """`{name: cosine of each row}` of `sts_sets`-style sets under `embed`."""
+    return {name: row_cosines(embed(first), embed(second)) for name, (first, second, _) in sets.items()}
+
+
 def correlations(cosine, gold):
     """Spearman and Pearson correlation x100 between cosines and gold scores."""
     return {
@@ -105,11 +110,9 @@ class STSEvaluator(Evaluator):
                 raise CorpusError(f"STS set {set_name} has {len(gold)} pair(s); a correlation needs at least 2.")
 
     def evaluate(self, embed):
-        results, scored = {}, []
-        for name, (first, second, gold) in self.sets.items():
-            cosine = row_cosines(embed(first), embed(second))
-            results[name] = correlations(cosine, gold)
-            scored.append((cosine, gold))
+        cosines = set_cosines(self.sets, embed)
+        results = {name: correlations(cosine, self.sets[name][2]) for name, cosine in cosines.items()}
         if self.joined:
-            results["joined"], results["language bias"] = language_bias(scored)
+            results["joined"], results["language bias"] = language_bias(
+                [(cosine, self.sets[name][2]) for name, cosine in cosines.items()])
         return results
