@@ -82,3 +82,19 @@ def test_summed_run_logs_every_task_and_exports_the_student(tokenizer, quickstar
         ("rank", "TranslationRanking", 0.5, {"widths": [16, 8], "weights": [1.0, 1.0]}),
         ("ema", "EMATeacherDistillation", 1.0, None)]
     assert result["steps"] == 4
+
+
+@pytest.mark.parametrize("in_task", [True, False])
+def test_xla_refuses_a_gradient_cached_task_naming_its_binding(tokenizer, quickstart_records, tmp_path, in_task):
+    """`train.jit_compile` with gradient caching fails before training, naming the binding that set it: the task's
+    own (`<task>/Task.gradient_cache_chunk`) in a multi-task run, `train.gradient_cache_chunk` for one objective."""
+    data = functools.partial(make_distributed_dataset, corpora=[quickstart_records], max_tokens=48)
+    objective = (functools.partial(MultiTask, tasks=[Task("rank", TranslationRanking, dataset_fn=data),
+                                                     Task("cached", TranslationRanking, dataset_fn=data,
+                                                          gradient_cache_chunk=2)])
+                 if in_task else TranslationRanking)
+    binding = "cached/Task.gradient_cache_chunk = 2" if in_task else "train.gradient_cache_chunk = 2"
+    with pytest.raises(ValueError, match=f"^{binding} runs its chunks .*; unset train.jit_compile"):
+        trainer.train(str(tmp_path), objective=objective, tokenizer=tokenizer, dataset_fn=data,
+                      encoder=functools.partial(SentenceEncoder, **TINY), global_batch_size=8, num_steps=2,
+                      jit_compile=True, gradient_cache_chunk=None if in_task else 2)

@@ -225,6 +225,13 @@ class Objective(keras.Model):
         """`{"loss": ..., other reported values}` from `{name: [n, d] embedding}` of `towers(data)`."""
         raise NotImplementedError(f"{type(self).__name__} does not split its step into towers and a batch loss.")
 
+    def xla_obstacle(self, binding="train.gradient_cache_chunk"):
+        """Why this objective's step cannot be compiled by XLA (None: it can); `binding` names the setting."""
+        if self.run.gradient_cache_chunk:
+            return (f"{binding} = {self.run.gradient_cache_chunk} runs its chunks in a loop of dynamic slices, "
+                    "which XLA does not compile")
+        return None
+
     def add_trackers(self, *names):
         """Running means that `report` updates by name."""
         self._trackers = self._trackers + [keras.metrics.Mean(name=name) for name in names]

@@ -129,6 +129,12 @@ class MultiTask(Objective):
              "options": objective.options}
             for task, objective in zip(self.tasks, self.objectives)]}
 
+    def xla_obstacle(self, binding=None):
+        """The first task's obstacle to XLA, named by its own binding (`<task>/Task.gradient_cache_chunk`)."""
+        reasons = [objective.xla_obstacle(f"{task.name}/Task.gradient_cache_chunk")
+                   for task, objective in zip(self.tasks, self.objectives)]
+        return next((reason for reason in reasons if reason), None)
+
     @property
     def input_features(self):
         """Every task's features (each task's input carries its own)."""

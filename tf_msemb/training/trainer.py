@@ -368,15 +368,14 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     os.makedirs(model_dir, exist_ok=True)
     if (pretrained is None) == (tokenizer is None):
         raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
-    if gradient_cache_chunk and jit_compile:
-        raise ValueError(f"train.gradient_cache_chunk = {gradient_cache_chunk} runs its chunks in a loop of "
-                         "dynamic slices, which XLA does not compile; unset train.jit_compile.")
     with strategy.scope(), precision_policy(precision):
         run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk,
                        tuple(matryoshka_widths) if matryoshka_widths else None,
                        tuple(matryoshka_weights) if matryoshka_weights else None)
         model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision,
                                            frozen_embeddings)
+    if jit_compile and model.xla_obstacle():
+        raise ValueError(f"{model.xla_obstacle()}; unset train.jit_compile.")
     set_packed_training(model, packed_training)
     inputs = model.make_input(dataset_fn, strategy, global_batch_size, tokenizer=tokenizer, seed=seed)
     # Dropout's random-seed states are Keras variables that the layers do not
