@@ -146,6 +146,31 @@ def test_bide_ams_e5small_on_negatives_mined_by_its_start(tmp_path, quickstart_r
     assert "step 3/3 loss" in out and "accuracy" in out and "dev/xsts mean" in out
 
 
+def test_distill_rank_e5small_trains_both_tasks_on_their_own_inputs(tmp_path, quickstart_records):
+    """Seed 001 and seed 004 summed (configs/distill_rank_e5small.gin) with both preparations: the start's teacher
+    vectors for the distillation task, its mined negatives for the ranking task (nested widths cut to the tiny
+    start's 32); each task's loss logged apart, and the export's metadata names both."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}",
+         f"--manifest={quickstart_records}", "--output_dir=teacher"], tmp_path)
+    run([f"{REPO}/tools/export_pretrained.py", f"--model={start}", "--output=start_export", "--prompt="], tmp_path)
+    run([f"{REPO}/tools/mine_hard_negatives.py", "--model=start_export", f"--corpus={quickstart_records}",
+         "--output_dir=hard", "--prefix=qs_hard", "--num_negatives=5"], tmp_path)
+    out = train("distill_rank_e5small.gin", tmp_path / "mixed", f"START = '{start}'",
+                f"distill/make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']",
+                f"rank/make_dataset.corpora = ['{tmp_path}/hard/qs_hard.manifest.json']",
+                "distill/MultilingualDistillation.teacher_dim = 32", "rank/Task.matryoshka_widths = [32, 16]",
+                "rank/Task.global_batch_size = 8")
+    last = next(line for line in out.splitlines() if line.startswith("step 3/3 "))
+    assert " loss " in last and "distill/mse_tgt" in last and "rank/accuracy" in last
+    assert "dev/xsts select" in out
+    with open(tmp_path / "mixed" / "export" / "final" / "tf_msemb_export.json", encoding="utf-8") as f:
+        metadata = json.load(f)
+    assert "distill" in json.dumps(metadata) and "rank" in json.dumps(metadata)
+
+
 def test_moco_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
     """Seed 002 on the start of configs/start/e5small.gin: one shared base encoder, its momentum copy, two queues."""
     from pretrained_checkpoints import e5_like
