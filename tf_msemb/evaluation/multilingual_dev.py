@@ -123,6 +123,7 @@ def sts_halves(first_sentences, second_sentences, seed=0):
 
 
 def rows_of(sts_set, rows):
+    """The `(sentences1, sentences2, gold)` set cut to `rows`."""
     first, second, gold = sts_set
     return [first[i] for i in rows], [second[i] for i in rows], np.asarray(gold)[rows]
 

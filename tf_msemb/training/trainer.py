@@ -21,8 +21,8 @@ import tensorflow as tf
 from tf_msemb.data.pipeline import make_distributed_dataset
 from tf_msemb.text_files import CorpusError
 from tf_msemb.export.saved_model import copy_version
-from tf_msemb.losses.matryoshka import describe_widths
 from tf_msemb.export.saved_model import export_version
+from tf_msemb.losses.matryoshka import describe_widths
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import freeze_token_embeddings
@@ -374,8 +374,9 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
                        tuple(matryoshka_weights) if matryoshka_weights else None)
         model, tokenizer = build_objective(objective, run, encoder, pretrained, init_from, model_dir, precision,
                                            frozen_embeddings)
-    if jit_compile and model.xla_obstacle():
-        raise ValueError(f"{model.xla_obstacle()}; unset train.jit_compile.")
+    obstacle = model.xla_obstacle() if jit_compile else None
+    if obstacle:
+        raise ValueError(f"{obstacle}; unset train.jit_compile.")
     set_packed_training(model, packed_training)
     inputs = model.make_input(dataset_fn, strategy, global_batch_size, tokenizer=tokenizer, seed=seed)
     # Dropout's random-seed states are Keras variables that the layers do not
