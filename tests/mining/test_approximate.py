@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from tf_msemb.evaluation import search
+from tf_msemb.mining import approximate
+from mining.pools import clustered_pools
+
+
+@pytest.mark.parametrize("size, cells, probes, train_size", [
+    (10_000, 256, 32, 10_000), (1_000_000, 4096, 32, 163_840), (10_000_000, 16_384, 64, 655_360)])
+def test_plan_grows_cells_with_the_square_root_of_the_pool(size, cells, probes, train_size):
+    plan = approximate.plan_for(size)
+    assert (plan.cells, plan.probes, plan.train_size, plan.candidates) == (cells, probes, train_size, 32)
+    assert plan.train_size >= min(size, 39 * plan.cells)  # faiss' minimum of training points a cell
+    assert approximate.plan_for(size, "peer").candidates == 0  # stopes scores by its codes
+
+
+def test_factory_strings_name_the_codes():
+    plan = approximate.SearchPlan("pq", cells=64, probes=8, candidates=32, train_size=4000, pq_bytes=48)
+    assert plan.factory(384) == "OPQ96,IVF64,PQ96x4fs"
+    assert approximate.SearchPlan("peer", 16_384, 64, 0, 10).factory(384) == "OPQ64,IVF16384_HNSW32,PQ64"
+    assert approximate.SearchPlan("binary", 64, 8, 32, 10).factory(384) == "IVF64,RaBitQ"
+    with pytest.raises(ValueError, match="pq_bytes=48 needs a dim divisible by 96"):
+        plan.factory(100)
+    with pytest.raises(ValueError, match="probes=9 exceeds cells=8"):
+        approximate.SearchPlan("int8", 8, 9, 0, 10)
+
+
+def _exact(queries, pool, k):
+    return search.exact_knn(np.asarray(queries, np.float32), np.asarray(pool, np.float32), k)
+
+
+@pytest.mark.parametrize("codes, code_bytes, agree", [
+    ("float16", 128, 0.999), ("int8", 64, 0.99), ("pq", 16, 0.97), ("binary", None, 0.9)])
+def test_rescored_search_finds_the_exact_neighbours_with_exact_cosines(codes, code_bytes, agree):
+    x, y, _ = clustered_pools()
+    plan = approximate.SearchPlan(codes, cells=16, probes=16, candidates=32, train_size=1300, pq_bytes=16)
+    index = approximate.train_index(plan, y)
+    approximate.add_rows(index, y, 0, len(y), chunk_size=500)
+    sims, rows = approximate.search(index, plan, x, y, k=4)
+    exact_sims, exact_rows = _exact(x, y, 4)
+    assert np.mean(rows == exact_rows) > agree  # 64 bits a vector (binary) rank least well
+    # The cosines are the float32 ones of the rows returned, not the codes' estimates.
+    np.testing.assert_allclose(sims, np.einsum("nd,nkd->nk", x.astype(np.float32), y.astype(np.float32)[rows]),
+                               atol=1e-5)
+    if code_bytes:
+        assert approximate.bytes_per_vector(index) == code_bytes + 8
+    if codes in ("pq", "binary"):  # without re-scoring, the codes' scores are far from the cosines
+        raw_sims, raw_rows = approximate.search(index, approximate.SearchPlan(codes, 16, 16, 0, 1300, 16), x, y, 4)
+        assert np.max(np.abs(raw_sims - exact_sims)) > 0.01
+
+
+def test_rescore_skips_unfilled_candidates():
+    pool = np.eye(4, dtype=np.float16)
+    queries = np.array([[0.6, 0.8, 0, 0], [0, 0, 0, 1]], np.float32)
+    sims, rows = approximate.rescore(queries, pool, np.array([[0, 1, -1], [-1, -1, 3]]), k=2)
+    np.testing.assert_allclose(sims[0], [0.8, 0.6])
+    assert rows.tolist() == [[1, 0], [3, -1]]
+    assert np.isnan(sims[1, 1])
+
+
+def test_ids_are_pool_rows_when_added_in_pieces():
+    _, y, _ = clustered_pools()
+    plan = approximate.SearchPlan("float16", cells=8, probes=8, candidates=8, train_size=1300)
+    index = approximate.train_index(plan, y)
+    approximate.add_rows(index, y, 700, 1300)
+    approximate.add_rows(index, y, 0, 700, chunk_size=300)
+    _, rows = approximate.search(index, plan, y[:50], y, k=1)
+    assert rows[:, 0].tolist() == list(range(50))

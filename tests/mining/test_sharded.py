@@ -1,0 +1,80 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tf_msemb.evaluation import mining
+from tf_msemb.mining import approximate
+from tf_msemb.mining import sharded
+from mining.pools import clustered_pools
+
+# Every cell probed, every candidate re-scored: the run's k-NN are exact, so its pairs must be exact mining's.
+EXHAUSTIVE = approximate.SearchPlan("int8", cells=8, probes=8, candidates=16, train_size=1300)
+
+
+def _run(tmp_path, name="run", **options):
+    x, y, _ = clustered_pools()
+    return sharded.MiningRun(x, y, str(tmp_path / name), {"x": EXHAUSTIVE, "y": EXHAUSTIVE}, shard_size=400,
+                             **options)
+
+
+@pytest.mark.parametrize("selection", ["max", "intersect"])
+def test_sharded_run_mines_what_exact_mining_mines(tmp_path, selection):
+    x, y, planted = clustered_pools()
+    scores, xs, ys = _run(tmp_path).pairs(selection, threshold=1.0)
+    expected = mining.mine(x.astype(np.float32), y.astype(np.float32), k=4, selection=selection, threshold=1.0)
+    assert list(zip(xs.tolist(), ys.tolist())) == [(i, j) for _, i, j in expected]
+    np.testing.assert_allclose(scores, [score for score, _, _ in expected], rtol=1e-5)
+    assert len(set(zip(xs.tolist(), ys.tolist())) & set(map(tuple, planted.tolist()))) > 0.8 * len(planted)
+
+
+def test_select_max_equals_mining_select_with_ties():
+    rng = np.random.default_rng(0)
+    forward = (rng.integers(0, 5, 60) / 4.0, np.arange(60), rng.integers(0, 40, 60))
+    backward = (rng.integers(0, 5, 40) / 4.0, rng.integers(0, 60, 40), np.arange(40))
+    as_rows = [list(zip(*(part.tolist() for part in side))) for side in (forward, backward)]
+    expected = mining.select(*as_rows, selection="max")
+    assert list(zip(*(part.tolist() for part in sharded.select_max(forward, backward)))) == expected
+
+
+KILLER = textwrap.dedent("""
+    import os, sys
+    sys.path[:0] = [{tests!r}]
+    from tf_msemb.mining import sharded
+    from mining.pools import clustered_pools
+    from mining.test_sharded import EXHAUSTIVE
+
+    saved = sharded._save_npz
+    def save_then_die(path, **arrays):
+        saved(path, **arrays)
+        if os.path.basename(path) == "knn.x.00001.npz":
+            os._exit(9)  # killed between the second and third query shard
+    sharded._save_npz = save_then_die
+    x, y, _ = clustered_pools()
+    sharded.MiningRun(x, y, {work_dir!r}, {{"x": EXHAUSTIVE, "y": EXHAUSTIVE}}, shard_size=400).pairs()
+""")
+
+
+def test_a_run_killed_between_shards_resumes_to_the_uninterrupted_result(tmp_path):
+    work_dir = tmp_path / "killed"
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    killed = subprocess.run([sys.executable, "-c", KILLER.format(tests=tests, work_dir=str(work_dir))],
+                            capture_output=True, text=True)
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    finished = sorted(name for name in os.listdir(work_dir) if not name.endswith(".partial"))
+    assert "knn.x.00001.npz" in finished and "knn.x.00002.npz" not in finished and "candidates.npz" not in finished
+    first_shard = os.stat(work_dir / "knn.x.00000.npz")
+    resumed = _run(tmp_path, "killed").pairs()
+    assert os.stat(work_dir / "knn.x.00000.npz").st_mtime_ns == first_shard.st_mtime_ns  # not searched again
+    uninterrupted = _run(tmp_path, "whole").pairs()
+    for got, expected in zip(resumed, uninterrupted):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_work_dir_of_another_run_is_refused(tmp_path):
+    _run(tmp_path)
+    with pytest.raises(ValueError, match="holds a mining run with other settings"):
+        _run(tmp_path, k=3)
