@@ -14,8 +14,16 @@ exact (`exact` with TensorFlow, `flat` with faiss) and memory-bounded by
 in memory). `exact` scores both directions in one pass; `--matmul_dtype=bfloat16`
 multiplies in bfloat16 and re-scores the best `k + --candidate_margin`
 candidates per sentence in float32.
+
+For millions of sentences a side, `--codes=binary|int4|int8|float16|pq`
+mines with `tf_msemb.mining`: IVF cells over compressed codes, each
+sentence's best candidates re-scored exactly from the cache, cells and
+probes chosen from the pool sizes, in shards under `--cache_dir` that a
+rerun after an interruption reuses.
 """
 
+import hashlib
+import json
 import os
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
@@ -27,8 +35,11 @@ from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
 from tf_msemb.evaluation.embedding_cache import DTYPES
 from tf_msemb.evaluation.embedding_cache import cached_embeddings
+from tf_msemb.evaluation.embedding_cache import fingerprint
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.evaluation.encoding import resolve_export
+from tf_msemb.mining import approximate
+from tf_msemb.mining import sharded
 
 flags.DEFINE_string("model", None, "Export directory or training model_dir.")
 flags.DEFINE_string("src", None, "Source-language text file, one sentence a line (plain or .gz).")
@@ -42,6 +53,8 @@ flags.DEFINE_enum("matmul_dtype", "float32", list(search.MATMUL_DTYPES),
                   "Exact search's score dtype; bfloat16 re-scores its candidates in float32.")
 flags.DEFINE_integer("candidate_margin", 16,
                      "Candidates beyond k re-scored per sentence with --matmul_dtype=bfloat16.")
+flags.DEFINE_enum("codes", None, list(approximate.CODES),
+                  "Mine at scale with IVF over these codes, re-scored exactly, in resumable shards (overrides --index).")
 flags.DEFINE_integer("pq_bytes", 48, "Bytes per vector of the ivfpq codes; must divide the embedding dim.")
 flags.DEFINE_integer("nprobe", 16, "Cells visited per query by the ivf indexes.")
 flags.DEFINE_integer("k", 4, "Neighbours per direction for the margin.")
@@ -69,13 +82,27 @@ def main(argv):
         embeddings.append((sentences, cached_embeddings(model, sentences, cache, FLAGS.dtype, FLAGS.chunk_size,
                                                         FLAGS.batch_size, model_id=os.path.abspath(export))))
     (src, x), (tgt, y) = embeddings
-    pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index, FLAGS.pick,
-                        chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes,
-                        matmul_dtype=FLAGS.matmul_dtype, candidate_margin=FLAGS.candidate_margin)
+    if FLAGS.codes:
+        pairs = mine_at_scale(x, y, cache_dir, [fingerprint(src), fingerprint(tgt), os.path.abspath(export)])
+    else:
+        pairs = mining.mine(x, y, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.threshold, FLAGS.index, FLAGS.pick,
+                            chunk_size=FLAGS.chunk_size, verbose=True, nprobe=FLAGS.nprobe, pq_bytes=FLAGS.pq_bytes,
+                            matmul_dtype=FLAGS.matmul_dtype, candidate_margin=FLAGS.candidate_margin)
     with open(FLAGS.output, "w", encoding="utf-8") as f:
         for score, i, j in pairs:
             f.write(f"{score:.6f}\t{src[i].replace(chr(9), ' ')}\t{tgt[j].replace(chr(9), ' ')}\n")
     print(f"Wrote {len(pairs)} pairs to {FLAGS.output}")
+
+
+def mine_at_scale(x, y, cache_dir, identity):
+    """`(score, i, j)` pairs of `tf_msemb.mining.sharded.MiningRun` with `--codes`, in a work dir named by `identity`."""
+    plans = {side: approximate.plan_for(len(pool), FLAGS.codes, FLAGS.pq_bytes) for side, pool in (("x", x), ("y", y))}
+    for side, plan in plans.items():
+        print(f"{side} index: {plan.factory(x.shape[1])}, {plan.probes} probed, {plan.candidates} re-scored")
+    digest = hashlib.sha1(json.dumps(identity).encode("utf-8")).hexdigest()[:12]
+    run = sharded.MiningRun(x, y, os.path.join(cache_dir, f"mine-{FLAGS.codes}-{digest}"), plans, FLAGS.k,
+                            FLAGS.margin, FLAGS.pick, verbose=True)
+    return list(zip(*(part.tolist() for part in run.pairs(FLAGS.selection, FLAGS.threshold))))
 
 
 if __name__ == "__main__":

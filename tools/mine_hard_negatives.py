@@ -26,14 +26,12 @@ import os
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 import numpy as np
-import tensorflow as tf
 from absl import flags
 
-from tf_msemb.data.corpora import corpus_streams
+from tf_msemb.data.corpora import record_pairs
 from tf_msemb.data.hard_negatives import NO_NEGATIVES
 from tf_msemb.data.hard_negatives import mine_hard_negatives
 from tf_msemb.data.hard_negatives import translations_of_sources
-from tf_msemb.data.records import parse_examples
 from tf_msemb.data.writing import aligned_pairs
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.evaluation import search
@@ -66,19 +64,6 @@ flags.DEFINE_integer("chunk_size", 50_000, "Pairs per encoding and search chunk.
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.mark_flags_as_required(["model", "output_dir"])
 FLAGS = flags.FLAGS
-
-
-def record_pairs(corpus):
-    """`(src_lang, tgt_lang, [(src, tgt)])` of every language pair the records of `corpus` hold."""
-    pairs = {}
-    for files, _ in corpus_streams(corpus).values():
-        for batch in tf.data.TFRecordDataset(files).batch(4096).map(parse_examples):
-            fields = [[value.decode("utf-8") for value in batch[name].numpy()]
-                      for name in ("src_lang", "tgt_lang", "src", "tgt")]
-            for src_lang, tgt_lang, src, tgt in zip(*fields):
-                pairs.setdefault((src_lang, tgt_lang), []).append((src, tgt))
-    for (src_lang, tgt_lang), rows in pairs.items():
-        yield src_lang, tgt_lang, rows
 
 
 def _sources():

@@ -7,20 +7,23 @@ from mining.pools import clustered_pools
 
 
 @pytest.mark.parametrize("size, cells, probes, train_size", [
-    (10_000, 256, 32, 10_000), (1_000_000, 4096, 32, 163_840), (10_000_000, 16_384, 64, 655_360)])
+    (10_000, 256, 32, 10_000), (1_000_000, 2048, 32, 81_920), (10_000_000, 8192, 64, 327_680)])
 def test_plan_grows_cells_with_the_square_root_of_the_pool(size, cells, probes, train_size):
     plan = approximate.plan_for(size)
-    assert (plan.cells, plan.probes, plan.train_size, plan.candidates) == (cells, probes, train_size, 32)
+    assert (plan.cells, plan.probes, plan.train_size, plan.codes, plan.candidates) == (
+        cells, probes, train_size, "binary", 64)
     assert plan.train_size >= min(size, 39 * plan.cells)  # faiss' minimum of training points a cell
+    assert approximate.plan_for(size, "int8").candidates == 16
     assert approximate.plan_for(size, "peer").candidates == 0  # stopes scores by its codes
 
 
 def test_factory_strings_name_the_codes():
     plan = approximate.SearchPlan("pq", cells=64, probes=8, candidates=32, train_size=4000, pq_bytes=48)
-    assert plan.factory(384) == "OPQ96,IVF64,PQ96x4fs"
+    assert plan.factory(384) == "RR384,IVF64,PQ48np"
     assert approximate.SearchPlan("peer", 16_384, 64, 0, 10).factory(384) == "OPQ64,IVF16384_HNSW32,PQ64"
     assert approximate.SearchPlan("binary", 64, 8, 32, 10).factory(384) == "IVF64,RaBitQ"
-    with pytest.raises(ValueError, match="pq_bytes=48 needs a dim divisible by 96"):
+    assert approximate.SearchPlan("int4", 64, 8, 32, 10).factory(384) == "IVF64,SQ4"
+    with pytest.raises(ValueError, match="pq_bytes=48 must divide the embedding dim 100"):
         plan.factory(100)
     with pytest.raises(ValueError, match="probes=9 exceeds cells=8"):
         approximate.SearchPlan("int8", 8, 9, 0, 10)
@@ -31,7 +34,7 @@ def _exact(queries, pool, k):
 
 
 @pytest.mark.parametrize("codes, code_bytes, agree", [
-    ("float16", 128, 0.999), ("int8", 64, 0.99), ("pq", 16, 0.97), ("binary", None, 0.9)])
+    ("float16", 128, 0.999), ("int8", 64, 0.99), ("int4", 32, 0.97), ("pq", 16, 0.95), ("binary", None, 0.9)])
 def test_rescored_search_finds_the_exact_neighbours_with_exact_cosines(codes, code_bytes, agree):
     x, y, _ = clustered_pools()
     plan = approximate.SearchPlan(codes, cells=16, probes=16, candidates=32, train_size=1300, pq_bytes=16)

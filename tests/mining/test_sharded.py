@@ -21,7 +21,7 @@ def _run(tmp_path, name="run", **options):
                              **options)
 
 
-@pytest.mark.parametrize("selection", ["max", "intersect"])
+@pytest.mark.parametrize("selection", mining.SELECTIONS)
 def test_sharded_run_mines_what_exact_mining_mines(tmp_path, selection):
     x, y, planted = clustered_pools()
     scores, xs, ys = _run(tmp_path).pairs(selection, threshold=1.0)

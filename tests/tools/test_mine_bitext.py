@@ -50,3 +50,9 @@ def test_mines_true_translations_above_the_threshold_and_reuses_its_cache(quicks
     top = [line.split("\t") for line in (tmp_path / "top.tsv").read_text().splitlines()]
     assert top and all(float(r[0]) >= threshold for r in top)
     assert sum(gold.get(r[1]) == r[2] for r in top) >= 0.95 * len(top)
+    # At scale (IVF over int8 codes; 16 cells for 310 targets, all probed, candidates re-scored): exact mining's pairs.
+    out = run([*args, f"--output={tmp_path}/scale.tsv", "--codes=int8"], tmp_path)
+    assert "y index: IVF16,SQ8, 16 probed, 16 re-scored" in out
+    scale = [line.split("\t") for line in (tmp_path / "scale.tsv").read_text().splitlines()]
+    assert {(r[1], r[2]): float(r[0]) for r in scale} == pytest.approx(expected, abs=2e-6)
+    assert any(name.startswith("mine-int8-") for name in os.listdir(tmp_path / "cache"))

@@ -10,6 +10,7 @@ import os
 
 import tensorflow as tf
 
+from tf_msemb.data.records import parse_examples
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 from tf_msemb.text_files import CorpusError
 
@@ -121,3 +122,16 @@ def balanced_records(corpora, seed=0, input_context=None, repeat=True, corpus_we
     if shuffle_buffer:
         records = records.shuffle(shuffle_buffer, seed=seed)
     return records, [path for files, _ in leaves for path in files]
+
+
+def record_pairs(corpus):
+    """`(src_lang, tgt_lang, [(src, tgt)])` of every language pair the records of `corpus` hold, in record order."""
+    pairs = {}
+    for files, _ in corpus_streams(corpus).values():
+        for batch in tf.data.TFRecordDataset(files).batch(4096).map(parse_examples):
+            fields = [[value.decode("utf-8") for value in batch[name].numpy()]
+                      for name in ("src_lang", "tgt_lang", "src", "tgt")]
+            for src_lang, tgt_lang, src, tgt in zip(*fields):
+                pairs.setdefault((src_lang, tgt_lang), []).append((src, tgt))
+    for (src_lang, tgt_lang), rows in pairs.items():
+        yield src_lang, tgt_lang, rows

@@ -7,14 +7,18 @@ the neighbours and cosines mining uses are exact ones, and the codes only
 have to put the true neighbours among the candidates:
 
 - `float16`: the vectors as they are cached (2 bytes a dimension);
-- `int8`: one byte a dimension (faiss' `SQ8`);
-- `pq`: product quantization after a learned rotation (OPQ), 4-bit
-  sub-quantizers scanned with SIMD lookups (`PQ<m>x4fs`), `pq_bytes` a vector;
+- `int8`, `int4`: a byte or half a byte a dimension (faiss' `SQ8`, `SQ4`);
 - `binary`: one bit a dimension plus two floats of correction (RaBitQ);
-- `peer`: stopes' `OPQ64,IVF<cells>,PQ64` (8-bit codes, 64 bytes), scored by its codes
+- `pq`: product quantization with 8-bit codes of `pq_bytes` bytes, after a
+  random rotation (OPQ's learned one took 40-60x longer to train here and
+  ranked 4-bit codes no better);
+- `peer`: stopes' `OPQ64,IVF<cells>,PQ64` (64 bytes), scored by its codes
   without re-scoring, as stopes mines.
 
-`plan_for` chooses cells, probes and candidates from the pool size.
+Candidates per query (`CANDIDATES`) are what put a vector's 4 exact nearest
+among its candidates 97-100 % of the time on the e5-like benchmark pools
+(`tools/benchmarks/bench_scale_mining.py`; docs/mining.md); `plan_for`
+chooses cells and probes from the pool size.
 """
 
 import dataclasses
@@ -24,8 +28,9 @@ import faiss
 import numpy as np
 import tensorflow as tf
 
-CODES = ("float16", "int8", "pq", "binary", "peer")
-SCALAR_CODES = {"float16": "SQfp16", "int8": "SQ8", "binary": "RaBitQ"}  # faiss' factory names of these codes
+CODES = ("float16", "int8", "int4", "binary", "pq", "peer")
+SCALAR_CODES = {"float16": "SQfp16", "int8": "SQ8", "int4": "SQ4", "binary": "RaBitQ"}  # faiss' factory names
+CANDIDATES = {"float16": 16, "int8": 16, "int4": 32, "binary": 64, "pq": 128, "peer": 0}
 HNSW_CELLS = 8192  # from this many cells on, a graph over the centroids finds a vector's cells
 QUERY_BLOCK = 4096  # queries searched and re-scored at once
 
@@ -62,26 +67,25 @@ class SearchPlan:
         if self.codes == "peer":
             return f"OPQ64,{quantizer},PQ64"
         if self.codes == "pq":
-            subquantizers = 2 * self.pq_bytes
-            if dim % subquantizers:
-                raise ValueError(f"pq_bytes={self.pq_bytes} needs a dim divisible by {subquantizers}; it is {dim}.")
-            return f"OPQ{subquantizers},{quantizer},PQ{subquantizers}x4fs"
+            if dim % self.pq_bytes:
+                raise ValueError(f"pq_bytes={self.pq_bytes} must divide the embedding dim {dim}.")
+            return f"RR{dim},{quantizer},PQ{self.pq_bytes}np"  # np: no polysemous training (minutes, unused)
         return f"{quantizer},{SCALAR_CODES[self.codes]}"
 
 
-def plan_for(pool_size, codes="pq", pq_bytes=48):
+def plan_for(pool_size, codes="binary", pq_bytes=48):
     """The `SearchPlan` for a pool of `pool_size` vectors.
 
     Cells grow as the square root of the pool (a power of two near
-    `4 sqrt(n)`, as faiss' guidelines and stopes size them), trained on 40
-    vectors a cell; probes and re-scored candidates are the smallest that
-    kept 98 % of exact mining's pairs on the benchmark pools (docs/mining.md).
+    `2 sqrt(n)`: faiss' guidelines and stopes take 4-16 sqrt(n), which
+    on 2 cores would spend longer training the cells than searching them),
+    trained on 40 vectors a cell; probes are the fewest that kept 98 % of
+    exact mining's candidates on the benchmark pools (docs/mining.md).
     """
-    cells = 2 ** max(4, round(math.log2(4 * math.sqrt(max(pool_size, 1)))))
+    cells = 2 ** max(4, round(math.log2(2 * math.sqrt(max(pool_size, 1)))))
     cells = min(cells, max(16, pool_size // 39))
     probes = min(cells, 64 if pool_size >= 3_000_000 else 32)
-    candidates = 0 if codes == "peer" else 32
-    return SearchPlan(codes, cells, probes, candidates, min(pool_size, 40 * cells), pq_bytes)
+    return SearchPlan(codes, cells, probes, CANDIDATES[codes], min(pool_size, 40 * cells), pq_bytes)
 
 
 def _float32(rows):

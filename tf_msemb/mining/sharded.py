@@ -159,7 +159,9 @@ class MiningRun:
             return {side: (saved[f"{side}_scores"], saved[f"{side}_partners"]) for side in SIDES}
 
     def pairs(self, selection="max", threshold=None):
-        """The mined `(scores, x rows, y rows)`, best first (step 5)."""
+        """The mined `(scores, x rows, y rows)`, best first (step 5); `selection` as `evaluation.mining.select`."""
+        if selection not in mining.SELECTIONS:
+            raise ValueError(f"Unknown selection {selection!r}; choose from {mining.SELECTIONS}.")
         found = self.candidates()
         forward = _candidate_arrays(*found["x"], forward=True)
         backward = _candidate_arrays(*found["y"], forward=False)
@@ -168,7 +170,9 @@ class MiningRun:
         elif selection == "intersect":
             scores, xs, ys = intersect(forward, backward)
         else:
-            raise ValueError(f"Unknown selection {selection!r}; choose from ('max', 'intersect').")
+            scores, xs, ys = forward if selection == "forward" else backward
+            order = _best_first(scores, xs, ys)
+            scores, xs, ys = scores[order], xs[order], ys[order]
         if threshold is not None:
             keep = scores >= threshold
             scores, xs, ys = scores[keep], xs[keep], ys[keep]
