@@ -31,15 +31,6 @@ def test_sharded_run_mines_what_exact_mining_mines(tmp_path, selection):
     assert len(set(zip(xs.tolist(), ys.tolist())) & set(map(tuple, planted.tolist()))) > 0.8 * len(planted)
 
 
-def test_select_max_equals_mining_select_with_ties():
-    rng = np.random.default_rng(0)
-    forward = (rng.integers(0, 5, 60) / 4.0, np.arange(60), rng.integers(0, 40, 60))
-    backward = (rng.integers(0, 5, 40) / 4.0, rng.integers(0, 60, 40), np.arange(40))
-    as_rows = [list(zip(*(part.tolist() for part in side))) for side in (forward, backward)]
-    expected = mining.select(*as_rows, selection="max")
-    assert list(zip(*(part.tolist() for part in sharded.select_max(forward, backward)))) == expected
-
-
 KILLER = textwrap.dedent("""
     import os, sys
     sys.path[:0] = [{tests!r}]

@@ -15,10 +15,11 @@ have to put the true neighbours among the candidates:
 - `peer`: stopes' `OPQ64,IVF<cells>,PQ64` (64 bytes), scored by its codes
   without re-scoring, as stopes mines.
 
-Candidates per query (`CANDIDATES`) are what put a vector's 4 exact nearest
-among its candidates 97-100 % of the time on the e5-like benchmark pools
-(`tools/benchmarks/bench_scale_mining.py`; docs/mining.md); `plan_for`
-chooses cells and probes from the pool size.
+Candidates per query (`CANDIDATES`) put a source's 4 exact nearest among
+them 99.4-100 % of the time on the e5-like benchmark pools with every cell
+probed (`pq`: 96.5 % at 128; `tools/benchmarks/bench_scale_mining.py
+--ranking`, docs/mining.md); `plan_for` chooses cells and probes from the
+pool size.
 """
 
 import dataclasses

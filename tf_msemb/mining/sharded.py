@@ -13,7 +13,7 @@ arguments redoes only the shard it was in:
 4. `candidates.npz`: each sentence's best candidate by margin, both
    directions (`evaluation.mining.best_candidates` over the k-NN and the
    neighbours' k-NN means);
-5. the selection (`select_max` or intersection) and threshold, returned.
+5. the selection (`selection`) and threshold, returned.
 
 Sides are `x` (sources, the forward queries) and `y` (targets).
 """
@@ -27,6 +27,7 @@ import numpy as np
 
 from tf_msemb.evaluation import mining
 from tf_msemb.mining import approximate
+from tf_msemb.mining import selection as selections
 
 SIDES = ("x", "y")
 
@@ -166,12 +167,12 @@ class MiningRun:
         forward = _candidate_arrays(*found["x"], forward=True)
         backward = _candidate_arrays(*found["y"], forward=False)
         if selection == "max":
-            scores, xs, ys = select_max(forward, backward)
+            scores, xs, ys = selections.select_max(forward, backward)
         elif selection == "intersect":
-            scores, xs, ys = intersect(forward, backward)
+            scores, xs, ys = selections.intersect(forward, backward)
         else:
             scores, xs, ys = forward if selection == "forward" else backward
-            order = _best_first(scores, xs, ys)
+            order = selections.best_first(scores, xs, ys)
             scores, xs, ys = scores[order], xs[order], ys[order]
         if threshold is not None:
             keep = scores >= threshold
@@ -184,32 +185,3 @@ def _candidate_arrays(scores, partners, forward):
     queries = np.flatnonzero(np.isfinite(scores))
     xs, ys = (queries, partners[queries]) if forward else (partners[queries], queries)
     return scores[queries], xs.astype(np.int64), ys.astype(np.int64)
-
-
-def _best_first(scores, xs, ys):
-    """An order of candidates by score, then x, then y, all descending (`mining.select`'s order)."""
-    return np.lexsort((-ys, -xs, -scores))
-
-
-def select_max(forward, backward):
-    """`mining.select(..., "max")` on arrays: both directions' candidates, best first, each sentence used once."""
-    scores, xs, ys = (np.concatenate(parts) for parts in zip(forward, backward))
-    order = _best_first(scores, xs, ys)
-    used_x, used_y = bytearray(int(xs.max(initial=-1)) + 1), bytearray(int(ys.max(initial=-1)) + 1)
-    chosen = []
-    for position, x, y in zip(order.tolist(), xs[order].tolist(), ys[order].tolist()):
-        if not used_x[x] and not used_y[y]:
-            used_x[x] = used_y[y] = 1
-            chosen.append(position)
-    chosen = np.asarray(chosen, np.int64)
-    return scores[chosen], xs[chosen], ys[chosen]
-
-
-def intersect(forward, backward):
-    """Forward candidates whose pair the backward search found too, best first, with the forward score."""
-    scores, xs, ys = forward
-    found_back = set(zip(backward[1].tolist(), backward[2].tolist()))
-    keep = np.fromiter(((x, y) in found_back for x, y in zip(xs.tolist(), ys.tolist())), bool, len(xs))
-    scores, xs, ys = scores[keep], xs[keep], ys[keep]
-    order = _best_first(scores, xs, ys)
-    return scores[order], xs[order], ys[order]
