@@ -69,3 +69,17 @@ def test_a_work_dir_of_another_run_is_refused(tmp_path):
     _run(tmp_path)
     with pytest.raises(ValueError, match="holds a mining run with other settings"):
         _run(tmp_path, k=3)
+
+
+@pytest.mark.parametrize("codes", ["binary", "pq"])
+def test_shard_indexes_merged_search_as_one_index(tmp_path, codes):
+    x, y, _ = clustered_pools()
+    plan = approximate.SearchPlan(codes, cells=8, probes=4, candidates=32, train_size=1300, pq_bytes=16)
+    run = sharded.MiningRun(x, y, str(tmp_path), {"x": plan, "y": plan}, shard_size=400)
+    whole = run.trained_index("y")  # the same trained cells and codes, all of y added at once
+    approximate.add_rows(whole, y, 0, len(y))
+    merged = run.index("y")
+    assert sorted(name for name in os.listdir(tmp_path) if name.startswith("index.y.0")) == [
+        f"index.y.{shard:05d}.faiss" for shard in range(4)]
+    for got, expected in zip(approximate.search(merged, plan, x, y, 4), approximate.search(whole, plan, x, y, 4)):
+        np.testing.assert_array_equal(got, expected)

@@ -55,7 +55,8 @@ class MiningRun:
 
     Args:
         x, y: the source and target pools.
-        work_dir: where every step's files go; a rerun reuses the finished ones.
+        work_dir: where every step's files go; a rerun reuses the finished ones. It belongs to one pair of
+            pools: the settings (sizes, plans, k, ...) are checked, the vectors are not.
         plans: `{side: approximate.SearchPlan}` of the index over each side's pool.
         k: neighbours per direction of the margin.
         margin, pick: as `evaluation.mining.best_candidates`.
@@ -82,7 +83,11 @@ class MiningRun:
                 if json.load(f) != settings:
                     raise ValueError(f"{self.work_dir} holds a mining run with other settings; use another work_dir.")
             return
-        _write_atomically(path, lambda partial: open(partial, "w", encoding="utf-8").write(json.dumps(settings)))
+        def write(partial):
+            with open(partial, "w", encoding="utf-8") as f:
+                json.dump(settings, f)
+
+        _write_atomically(path, write)
 
     def _path(self, name):
         return os.path.join(self.work_dir, name)
@@ -137,8 +142,12 @@ class MiningRun:
                     _save_npz(path, sims=sims, rows=rows)
                 progress.add(end - start)
             del index
-        parts = [np.load(path) for path in paths]
-        return np.concatenate([part["sims"] for part in parts]), np.concatenate([part["rows"] for part in parts])
+        sims, rows = [], []
+        for path in paths:
+            with np.load(path) as part:
+                sims.append(part["sims"])
+                rows.append(part["rows"])
+        return np.concatenate(sims), np.concatenate(rows)
 
     def candidates(self):
         """`{side: (scores, partners)}`: each sentence's best candidate in the other pool and its margin (step 4).
