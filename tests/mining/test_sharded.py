@@ -38,12 +38,12 @@ KILLER = textwrap.dedent("""
     from mining.pools import clustered_pools
     from mining.test_sharded import EXHAUSTIVE
 
-    saved = sharded._save_npz
+    saved = sharded.write_npz_atomically
     def save_then_die(path, **arrays):
         saved(path, **arrays)
         if os.path.basename(path) == "knn.x.00001.npz":
             os._exit(9)  # killed between the second and third query shard
-    sharded._save_npz = save_then_die
+    sharded.write_npz_atomically = save_then_die
     x, y, _ = clustered_pools()
     sharded.MiningRun(x, y, {work_dir!r}, {{"x": EXHAUSTIVE, "y": EXHAUSTIVE}}, shard_size=400).pairs()
 """)
@@ -72,14 +72,23 @@ def test_a_work_dir_of_another_run_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("codes", ["binary", "pq"])
-def test_shard_indexes_merged_search_as_one_index(tmp_path, codes):
+def test_a_pool_searched_shard_by_shard_proposes_candidates_from_every_shard(tmp_path, codes):
     x, y, _ = clustered_pools()
-    plan = approximate.SearchPlan(codes, cells=8, probes=4, candidates=32, train_size=1300, pq_bytes=16)
+    plan = approximate.SearchPlan(codes, cells=8, probes=4, candidates=16, train_size=1300, pq_bytes=16)
     run = sharded.MiningRun(x, y, str(tmp_path), {"x": plan, "y": plan}, shard_size=400)
     whole = run.trained_index("y")  # the same trained cells and codes, all of y added at once
     approximate.add_rows(whole, y, 0, len(y))
-    merged = run.index("y")
+    one_index = approximate.search(whole, plan, x, y, 4)
+    cells = approximate.probed_cells(run.trained_index("y"), plan, x)
+    rows = np.arange(len(y))
+    # One shard holding the whole pool: the probed cells searched shard-wise are the index's own search.
+    for got, expected in zip(approximate.search_shard(whole, plan, x, cells, y, rows, 4), one_index):
+        np.testing.assert_array_equal(got, expected)
+    sims, found = run.knn("x")
     assert sorted(name for name in os.listdir(tmp_path) if name.startswith("index.y.0")) == [
         f"index.y.{shard:05d}.faiss" for shard in range(4)]
-    for got, expected in zip(approximate.search(merged, plan, x, y, 4), approximate.search(whole, plan, x, y, 4)):
-        np.testing.assert_array_equal(got, expected)
+    # Four shards each propose 16: a superset of the one index's 16, so never a worse neighbour, sometimes better.
+    assert np.all(sims >= one_index[0] - 1e-6)
+    assert np.any(sims > one_index[0] + 1e-6)
+    exact = np.einsum("nd,nkd->nk", x.astype(np.float32), y.astype(np.float32)[found])
+    np.testing.assert_allclose(sims, exact, atol=1e-6)  # re-scored: exact cosines, not the codes' estimates

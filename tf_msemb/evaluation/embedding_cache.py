@@ -16,6 +16,7 @@ import keras
 import numpy as np
 
 from tf_msemb.evaluation.encoding import encode
+from tf_msemb.files import write_json_atomically
 
 DTYPES = ("float32", "float16")
 
@@ -27,13 +28,6 @@ def fingerprint(sentences):
         digest.update(sentence.encode("utf-8"))
         digest.update(b"\n")
     return digest.hexdigest()[:16]
-
-
-def _write_json(path, content):
-    partial = f"{path}.partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(content, f, indent=1)
-    os.replace(partial, path)
 
 
 def cached_embeddings(model, sentences, path, dtype="float16", chunk_size=50_000, batch_size=64, model_id="",
@@ -65,7 +59,7 @@ def cached_embeddings(model, sentences, path, dtype="float16", chunk_size=50_000
         array[start : start + len(chunk)] = chunk
         array.flush()
         done = start + len(chunk)
-        _write_json(record_path, identity | {"done": done, "dim": int(array.shape[1])})
+        write_json_atomically(record_path, identity | {"done": done, "dim": int(array.shape[1])}, indent=1)
         progress.update(done)
     if array is None:
         raise ValueError(f"No sentences to encode for {path}.")

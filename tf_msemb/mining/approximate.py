@@ -101,10 +101,24 @@ def train_index(plan, sample):
     return index
 
 
+def drawn(ids, pool_size, plan, seed=0):
+    """Whether each sentence (named by its id) is in `plan`'s training sample of a pool of `pool_size`.
+
+    A hash of `(seed, id)` (SplitMix64's finalizer) below `train_size /
+    pool_size`: every worker draws its own shard's share without seeing the
+    others, and one machine (ids = rows) draws the same rows.
+    """
+    with np.errstate(over="ignore"):
+        z = np.asarray(ids, np.int64).astype(np.uint64) + np.uint64((seed + 1) * 0x9E3779B97F4A7C15 % 2**64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) / 2.0**53 < plan.train_size / max(pool_size, 1)
+
+
 def training_sample(pool, plan, seed=0):
-    """`plan.train_size` rows of `pool`, drawn without replacement in pool order (sequential reads of a memmap)."""
-    rows = np.sort(np.random.default_rng(seed).choice(len(pool), size=min(plan.train_size, len(pool)), replace=False))
-    return _float32(pool[rows])
+    """The rows of `pool` that `drawn` picks (about `plan.train_size`), in pool order (sequential memmap reads)."""
+    return _float32(pool[np.flatnonzero(drawn(np.arange(len(pool)), len(pool), plan, seed))])
 
 
 def set_probes(index, plan):
@@ -140,29 +154,107 @@ def search(index, plan, queries, pool, k):
         if plan.candidates:
             scores, rows = rescore(block, pool, rows, k)
         else:
-            scores = np.where(rows < 0, np.nan, scores).astype(np.float32)
+            scores, rows = best_k(np.where(rows < 0, np.nan, scores), rows, k)
         sims.append(scores)
         ids.append(rows)
     return np.concatenate(sims), np.concatenate(ids)
 
 
-def rescore(queries, pool, candidates, k):
-    """The k best of each query's `candidates` (`[n, c]` rows of `pool`, -1 for none) by exact float32 cosine.
+def _ivf_queries(index, queries):
+    """`index`'s inverted lists and `queries` as they reach them (through a rotation the index applies first)."""
+    queries = _float32(queries)
+    if isinstance(index, faiss.IndexPreTransform):
+        for step in range(index.chain.size()):
+            queries = index.chain.at(step).apply(queries)
+    return faiss.extract_index_ivf(index), queries
 
-    Each distinct candidate is read from `pool` once per call (sorted, so a
-    memmap is read in order). Returns `(cosines, rows)`, best first, with -1
-    and NaN where a query had fewer than k candidates.
+
+def probed_cells(index, plan, queries):
+    """`(cell scores, cells)` `[n, probes]`: the cells `search` would visit for each query.
+
+    Found once per query, they serve every shard of the pool indexed with
+    the same trained cells (`search_cells`).
+    """
+    set_probes(index, plan)
+    ivf, queries = _ivf_queries(index, queries)
+    parts = [ivf.quantizer.search(queries[start : start + QUERY_BLOCK], plan.probes)
+             for start in range(0, len(queries), QUERY_BLOCK)]
+    if not parts:
+        return np.zeros((0, plan.probes), np.float32), np.zeros((0, plan.probes), np.int64)
+    return np.concatenate([s for s, _ in parts]), np.concatenate([c for _, c in parts])
+
+
+def search_cells(index, plan, queries, cells, count):
+    """Each query's best `count` by code among the vectors of its `probed_cells` in `index` (one pool shard).
+
+    Returns `(code scores, ids)`, NaN and -1 where there were fewer. Over
+    the shards of a pool, the `best_k` of these lists is what `search`
+    proposes over the whole pool.
+    """
+    ivf, queries = _ivf_queries(index, queries)
+    ivf.nprobe = plan.probes
+    ivf.parallel_mode = 3  # queries spread over threads (the default splits only `search`'s)
+    scores, ids = ivf.search_preassigned(queries, count, cells[1], cells[0])
+    return np.where(ids < 0, np.nan, scores).astype(np.float32), ids
+
+
+def search_shard(index, plan, queries, cells, shard, shard_ids, k):
+    """Each query's k nearest in one pool shard: `(cosines, ids)` `[n, k]`, best first (NaN and -1 for none).
+
+    `index` holds the shard's vectors `shard` under their sorted
+    `shard_ids`; each query's best `plan.candidates` by code in its `cells`
+    (`probed_cells`) are re-scored in float32 from `shard` (the codes'
+    scores are kept without candidates). Searched shard by shard and
+    merged with `best_k`, a pool is searched as stopes searches its index
+    shards, every shard proposing its own candidates.
+    """
+    count = max(k, plan.candidates) if plan.candidates else k
+    sims, ids = [], []
+    for start in range(0, len(queries), QUERY_BLOCK):
+        block = _float32(queries[start : start + QUERY_BLOCK])
+        scores, found = search_cells(index, plan, block, tuple(c[start : start + QUERY_BLOCK] for c in cells), count)
+        if plan.candidates:
+            scores = cosines(block, shard, np.where(found < 0, -1, np.searchsorted(shard_ids, found)))
+        scores, found = best_k(scores, found, k)
+        sims.append(scores)
+        ids.append(found)
+    return np.concatenate(sims), np.concatenate(ids)
+
+
+def merge_shards(parts, k):
+    """The k best `(cosines, ids)` of each query over its `search_shard` results in several shards."""
+    return best_k(np.concatenate([sims for sims, _ in parts], axis=1),
+                  np.concatenate([ids for _, ids in parts], axis=1), k)
+
+
+def cosines(queries, pool, candidates):
+    """`[n, c]` float32 cosines of each query with its candidates (rows of `pool`; -1 gives NaN).
+
+    Each distinct candidate is read from `pool` once (sorted, so a memmap is
+    read in order).
     """
     filled = candidates >= 0
     unique, position = np.unique(np.where(filled, candidates, candidates.max(initial=0)), return_inverse=True)
     vectors = tf.gather(tf.constant(_float32(pool[unique])) if len(unique) else tf.zeros((0, queries.shape[1])),
                         position.reshape(candidates.shape))
-    scores = tf.linalg.matvec(vectors, tf.constant(queries)).numpy()
-    scores = np.where(filled, scores, -np.inf)
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    best = np.take_along_axis(scores, top, axis=1)
-    rows = np.where(np.isfinite(best), np.take_along_axis(candidates, top, axis=1), -1)
-    return np.where(np.isfinite(best), best, np.nan).astype(np.float32), rows.astype(np.int64)
+    scores = tf.linalg.matvec(vectors, tf.constant(_float32(queries))).numpy()
+    return np.where(filled, scores, np.nan).astype(np.float32)
+
+
+def best_k(scores, ids, k):
+    """Each row's k best `(scores, ids)` by score, then lower id; NaN scores (with id -1) last."""
+    order = np.lexsort((ids, np.where(np.isnan(scores), np.inf, -scores)), axis=1)[:, :k]
+    best = np.take_along_axis(scores, order, axis=1)
+    return best.astype(np.float32), np.where(np.isnan(best), -1, np.take_along_axis(ids, order, axis=1))
+
+
+def rescore(queries, pool, candidates, k):
+    """The k best of each query's `candidates` (`[n, c]` rows of `pool`, -1 for none) by exact float32 cosine.
+
+    Returns `(cosines, rows)`, best first (equal cosines by row), with -1
+    and NaN where a query had fewer than k candidates.
+    """
+    return best_k(cosines(queries, pool, candidates), candidates, k)
 
 
 def bytes_per_vector(index):

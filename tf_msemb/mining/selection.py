@@ -33,32 +33,37 @@ def select_max(forward, backward):
     return scores[chosen], xs[chosen], ys[chosen]
 
 
-def _first_at(nodes, ranks):
-    """For each edge, whether its rank is the best (lowest) among the edges sharing its node."""
-    best = np.full(int(nodes.max(initial=-1)) + 1, np.iinfo(np.int64).max)
-    np.minimum.at(best, nodes, ranks)
-    return best[nodes] == ranks
+def first_at(nodes, scores, xs, ys):
+    """For each candidate `(scores, xs, ys)`, whether it ranks first (`best_first`) among those sharing its node.
+
+    `nodes` is `xs` or `ys`; ids may be any int64 (encode ids too). Given
+    every candidate that touches a node, the answer is the same wherever it
+    is computed: a pipeline computes it on the shard that owns the node.
+    """
+    order = best_first(scores, xs, ys)
+    ranks = np.empty(len(order), np.int64)
+    ranks[order] = np.arange(len(order))
+    _, group = np.unique(nodes, return_inverse=True)
+    best = np.full(group.max(initial=-1) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(best, group, ranks)
+    return best[group] == ranks
 
 
 def select_max_in_rounds(forward, backward):
     """`select_max` by rounds of edges first at both their sentences; returns `(scores, xs, ys)`, rounds."""
     scores, xs, ys = (np.concatenate(parts) for parts in zip(forward, backward))
-    order = best_first(scores, xs, ys)
-    ranks = np.empty(len(order), np.int64)
-    ranks[order] = np.arange(len(order))
-    active = np.ones(len(ranks), bool)
-    kept = np.zeros(len(ranks), bool)
+    active = np.ones(len(scores), bool)
+    kept = np.zeros(len(scores), bool)
     rounds = 0
     while active.any():
         rounds += 1
         live = np.flatnonzero(active)
-        first = live[_first_at(xs[live], ranks[live]) & _first_at(ys[live], ranks[live])]
+        edges = scores[live], xs[live], ys[live]
+        first = live[first_at(xs[live], *edges) & first_at(ys[live], *edges)]
         kept[first] = True
-        taken_x, taken_y = np.zeros(xs.max() + 1, bool), np.zeros(ys.max() + 1, bool)
-        taken_x[xs[first]] = taken_y[ys[first]] = True
-        active &= ~(taken_x[xs] | taken_y[ys])
+        active &= ~(np.isin(xs, xs[first]) | np.isin(ys, ys[first]))
     chosen = np.flatnonzero(kept)
-    chosen = chosen[np.argsort(ranks[chosen])]
+    chosen = chosen[best_first(scores[chosen], xs[chosen], ys[chosen])]
     return (scores[chosen], xs[chosen], ys[chosen]), rounds
 
 

@@ -5,17 +5,20 @@ renamed), so a run killed anywhere and started again with the same
 arguments redoes only the shard it was in:
 
 1. `index.<side>.trained.faiss`: each pool's cells and codes, trained on a
-   sample of it (`approximate.train_index`);
+   sample of it (`approximate.train_index`, rows `approximate.drawn` picks);
 2. `index.<side>.<shard>.faiss`: each pool shard's codes, added to a copy of
-   the trained index (merged into one index when searched);
-3. `knn.<side>.<shard>.npz`: each query shard's k nearest in the other pool,
-   re-scored exactly (`approximate.search`);
+   the trained index;
+3. `knn.<side>.<shard>.npz`: each query shard's k nearest in the other pool:
+   its cells probed once, every pool shard searched and re-scored
+   (`approximate.search_shard`), the k best kept (`approximate.merge_shards`);
 4. `candidates.npz`: each sentence's best candidate by margin, both
    directions (`evaluation.mining.best_candidates` over the k-NN and the
    neighbours' k-NN means);
 5. the selection (`selection`) and threshold, returned.
 
-Sides are `x` (sources, the forward queries) and `y` (targets).
+Sides are `x` (sources, the forward queries) and `y` (targets). The Beam
+pipeline (`tf_msemb.pipelines.mine --codes`) runs the same steps on the
+same shards, so both mine the same pairs.
 """
 
 import json
@@ -26,6 +29,9 @@ import keras
 import numpy as np
 
 from tf_msemb.evaluation import mining
+from tf_msemb.files import write_atomically
+from tf_msemb.files import write_json_atomically
+from tf_msemb.files import write_npz_atomically
 from tf_msemb.mining import approximate
 from tf_msemb.mining import selection as selections
 
@@ -34,20 +40,6 @@ SIDES = ("x", "y")
 
 def _other(side):
     return "y" if side == "x" else "x"
-
-
-def _write_atomically(path, write):
-    partial = f"{path}.partial"
-    write(partial)
-    os.replace(partial, path)
-
-
-def _save_npz(path, **arrays):
-    def write(partial):
-        with open(partial, "wb") as f:
-            np.savez(f, **arrays)
-
-    _write_atomically(path, write)
 
 
 class MiningRun:
@@ -62,17 +54,20 @@ class MiningRun:
         margin, pick: as `evaluation.mining.best_candidates`.
         shard_size: vectors per index shard and queries per search shard.
         seed: of the training samples.
+        shards: `{side: [row arrays]}`, each side's shards (default: `shard_size` consecutive rows each).
     """
 
     def __init__(self, x, y, work_dir, plans, k=4, margin="ratio", pick=None, shard_size=1_000_000, seed=0,
-                 verbose=False):
+                 verbose=False, shards=None):
         self.pools, self.work_dir, self.plans = {"x": x, "y": y}, work_dir, plans
-        self.k, self.margin, self.pick, self.shard_size, self.seed = k, margin, pick, shard_size, seed
-        self.verbose = verbose
+        self.k, self.margin, self.pick, self.seed, self.verbose = k, margin, pick, seed, verbose
+        self.shards = shards or {side: [np.arange(start, min(start + shard_size, len(pool)))
+                                        for start in range(0, len(pool), shard_size)]
+                                 for side, pool in self.pools.items()}
         os.makedirs(work_dir, exist_ok=True)
         settings = {"sizes": {side: len(pool) for side, pool in self.pools.items()}, "k": k, "margin": margin,
-                    "pick": pick, "shard_size": shard_size, "seed": seed,
-                    "plans": {side: vars(plan) for side, plan in plans.items()}}
+                    "pick": pick, "seed": seed, "plans": {side: vars(plan) for side, plan in plans.items()},
+                    "shards": {side: [len(rows) for rows in shards] for side, shards in self.shards.items()}}
         self._check_settings(settings)
 
     def _check_settings(self, settings):
@@ -83,18 +78,10 @@ class MiningRun:
                 if json.load(f) != settings:
                     raise ValueError(f"{self.work_dir} holds a mining run with other settings; use another work_dir.")
             return
-        def write(partial):
-            with open(partial, "w", encoding="utf-8") as f:
-                json.dump(settings, f)
-
-        _write_atomically(path, write)
+        write_json_atomically(path, settings)
 
     def _path(self, name):
         return os.path.join(self.work_dir, name)
-
-    def _shards(self, side):
-        n = len(self.pools[side])
-        return [(start, min(start + self.shard_size, n)) for start in range(0, n, self.shard_size)]
 
     def _log(self, message):
         if self.verbose:
@@ -107,47 +94,44 @@ class MiningRun:
             plan = self.plans[side]
             self._log(f"training {plan.factory(self.pools[side].shape[1])} on {plan.train_size} vectors of {side}")
             index = approximate.train_index(plan, approximate.training_sample(self.pools[side], plan, self.seed))
-            _write_atomically(path, lambda partial: faiss.write_index(index, partial))
+            write_atomically(path, lambda partial: faiss.write_index(index, partial))
         return faiss.read_index(path)
 
-    def index(self, side):
-        """The index over all of `side`'s pool: each shard's codes added (step 2), merged."""
-        trained = faiss.serialize_index(self.trained_index(side))
-        shards = self._shards(side)
-        progress = keras.utils.Progbar(len(self.pools[side]), unit_name="vector", verbose=1 if self.verbose else 0)
-        merged = faiss.deserialize_index(trained)
-        for number, (start, end) in enumerate(shards):
-            path = self._path(f"index.{side}.{number:05d}.faiss")
-            if not os.path.exists(path):
-                part = faiss.deserialize_index(trained)
-                approximate.add_rows(part, self.pools[side], start, end)
-                _write_atomically(path, lambda partial, part=part: faiss.write_index(part, partial))
-            part = faiss.read_index(path)  # held: the extracted IVF part is owned by it
-            faiss.extract_index_ivf(merged).merge_from(faiss.extract_index_ivf(part), 0)
-            progress.add(end - start)
-        return merged
+    def shard_index(self, side, number):
+        """The index over shard `number` of `side`'s pool, its rows added under their row numbers (step 2)."""
+        path = self._path(f"index.{side}.{number:05d}.faiss")
+        if not os.path.exists(path):
+            part = self.trained_index(side)
+            rows = self.shards[side][number]
+            for start in range(0, len(rows), 100_000):
+                chunk = rows[start : start + 100_000]
+                part.add_with_ids(np.asarray(self.pools[side][chunk], np.float32), chunk.astype(np.int64))
+            write_atomically(path, lambda partial: faiss.write_index(part, partial))
+        return faiss.read_index(path)
 
     def knn(self, side):
         """`(cosines, rows)` `[n, k]` of every `side` sentence's k nearest in the other pool (step 3)."""
-        other = _other(side)
-        shards = self._shards(side)
-        paths = [self._path(f"knn.{side}.{number:05d}.npz") for number in range(len(shards))]
+        other, plan = _other(side), self.plans[_other(side)]
+        paths = [self._path(f"knn.{side}.{number:05d}.npz") for number in range(len(self.shards[side]))]
         if not all(os.path.exists(path) for path in paths):
-            index = self.index(other)
             progress = keras.utils.Progbar(len(self.pools[side]), unit_name="query", verbose=1 if self.verbose else 0)
-            for path, (start, end) in zip(paths, shards):
+            for path, rows in zip(paths, self.shards[side]):
                 if not os.path.exists(path):
-                    sims, rows = approximate.search(index, self.plans[other], self.pools[side][start:end],
-                                                    self.pools[other], self.k)
-                    _save_npz(path, sims=sims, rows=rows)
-                progress.add(end - start)
-            del index
-        sims, rows = [], []
-        for path in paths:
+                    queries = np.asarray(self.pools[side][rows], np.float32)
+                    cells = approximate.probed_cells(self.trained_index(other), plan, queries)
+                    parts = []
+                    for number, pool_rows in enumerate(self.shards[other]):
+                        parts.append(approximate.search_shard(self.shard_index(other, number), plan, queries, cells,
+                                                              self.pools[other][pool_rows], pool_rows, self.k))
+                        parts = [approximate.merge_shards(parts, self.k)]
+                    write_npz_atomically(path, sims=parts[0][0], rows=parts[0][1])
+                progress.add(len(rows))
+        sims = np.full((len(self.pools[side]), self.k), np.nan, np.float32)
+        found = np.full((len(self.pools[side]), self.k), -1, np.int64)
+        for path, rows in zip(paths, self.shards[side]):
             with np.load(path) as part:
-                sims.append(part["sims"])
-                rows.append(part["rows"])
-        return np.concatenate(sims), np.concatenate(rows)
+                sims[rows], found[rows] = part["sims"], part["rows"]
+        return sims, found
 
     def candidates(self):
         """`{side: (scores, partners)}`: each sentence's best candidate in the other pool and its margin (step 4).
@@ -163,7 +147,7 @@ class MiningRun:
                 sims, rows = knn[side]
                 neighbour_means = np.where(rows >= 0, means[_other(side)][np.maximum(rows, 0)], np.nan)
                 found[side] = mining.best_candidates(sims, rows, means[side], neighbour_means, self.margin, self.pick)
-            _save_npz(path, **{f"{side}_{name}": array for side in SIDES
+            write_npz_atomically(path, **{f"{side}_{name}": array for side in SIDES
                                for name, array in zip(("scores", "partners"), found[side])})
         with np.load(path) as saved:
             return {side: (saved[f"{side}_scores"], saved[f"{side}_partners"]) for side in SIDES}

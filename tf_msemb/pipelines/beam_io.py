@@ -3,16 +3,14 @@
 A Beam runner may run a bundle more than once (a retry, a speculative copy)
 and a user may rerun a pipeline that failed half-way. So every output is a
 function of its input alone: keys are content hashes or input positions,
-each output file is written whole under a temporary name and renamed to a
-name fixed by its key, and a rerun overwrites instead of appending.
+each output file is written whole (`tf_msemb.files`) under a name fixed by
+its key, and a rerun overwrites instead of appending.
 """
 
 import gzip
 import hashlib
-import io
 import logging
 import re
-import uuid
 import zlib
 
 import apache_beam as beam
@@ -23,6 +21,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 
+from tf_msemb.files import write_atomically
 from tf_msemb.text_files import CorpusError
 
 
@@ -33,35 +32,6 @@ def stable_hash(*parts):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
     return int.from_bytes(digest.digest(), "big") >> 1
-
-
-def write_atomically(path, write):
-    """Calls `write(temporary path)`, then renames the file to `path` (replacing a previous attempt's)."""
-    partial = f"{path}.partial-{uuid.uuid4().hex}"
-    try:
-        write(partial)
-        tf.io.gfile.rename(partial, path, overwrite=True)
-    finally:
-        if tf.io.gfile.exists(partial):
-            tf.io.gfile.remove(partial)
-
-
-def write_npz_atomically(path, **arrays):
-    """`np.savez` of `arrays` to `path` (any TensorFlow file system), whole or not at all."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-
-    def write(partial):
-        with tf.io.gfile.GFile(partial, "wb") as f:
-            f.write(buffer.getvalue())
-
-    write_atomically(path, write)
-
-
-def read_npz(path):
-    """The arrays `write_npz_atomically` wrote to `path`, as a dict."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return dict(np.load(io.BytesIO(f.read())))
 
 
 def match_files(pattern):

@@ -34,6 +34,9 @@ from apache_beam.ml.inference.base import ModelHandler
 from apache_beam.ml.inference.base import PredictionResult
 from apache_beam.ml.inference.base import RunInference
 
+from tf_msemb.files import read_npz
+from tf_msemb.files import write_atomically
+from tf_msemb.files import write_npz_atomically
 from tf_msemb.pipelines.beam_io import DEAD_LETTERS
 from tf_msemb.pipelines.beam_io import MALFORMED
 from tf_msemb.pipelines.beam_io import ReadNumberedLines
@@ -41,9 +44,6 @@ from tf_msemb.pipelines.beam_io import StageDone
 from tf_msemb.pipelines.beam_io import WriteDeadLetters
 from tf_msemb.pipelines.beam_io import match_files
 from tf_msemb.pipelines.beam_io import run_transform
-from tf_msemb.pipelines.beam_io import read_npz
-from tf_msemb.pipelines.beam_io import write_atomically
-from tf_msemb.pipelines.beam_io import write_npz_atomically
 from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.encode"

@@ -1,41 +1,57 @@
 """Margin mining of two encoded corpora (`tf_msemb.pipelines.encode` outputs) as a Beam pipeline.
 
     python -m tf_msemb.pipelines.mine --src=runs/encoded/de --tgt=runs/encoded/en --output=mined.de-en.tsv \
-        --threshold=1.06 [--index=ivf --nlist=4096 --nprobe=16] [--runner=DataflowRunner ...]
+        --threshold=1.06 [--codes=binary] [--runner=DataflowRunner ...]
 
 The same mining as `tools/mine_bitext.py` (`evaluation.mining`: ratio
 margin by default, each margin's paper's pick, `max` or `intersect`
-selection), spread over workers:
+selection), spread over workers and keyed by shard throughout: no step
+holds more than a few shards, whatever the pool sizes.
 
-1. k-NN per block of (source shard, target shard): exact blocks score both
-   directions in one pass of `search.exact_knn_both`; with `--index=ivf`
-   one faiss IVF quantizer per side is trained on a sample of that side and
-   reaches the workers as a side input; each sentence's `nprobe` cells are
-   found once (written beside `--output` until it is written), and each
-   shard is indexed once and searched by every shard of the other side.
-2. A per-sentence top-k combine of the blocks' lists (`search.merge_top_k`),
-   keyed by (side, shard), both directions.
-3. Each sentence's mean cosine to its k neighbours (`mining.filled_mean`),
-   joined back onto the neighbours that name it.
-4. The margin and each query's candidate (`mining.best_candidates`), the
-   threshold, then the selection (`mining.select`, on one worker: it takes
-   each sentence once, best first, over all candidates at or above the
-   threshold, which is what selecting first and thresholding after keeps;
-   `intersect` thresholds the forward candidates only).
-5. The texts joined onto the kept pairs, and one `score<TAB>src<TAB>tgt`
-   line each, best first, in `--output`.
+1. k-NN of every sentence in the other side, per block of (query shard,
+   pool shard), merged per query shard (`search.merge_top_k` order: cosine,
+   then id).
+   - Exact (default): both directions of a block in one pass
+     (`search.exact_knn_both`).
+   - `--codes` (`mining.approximate`): each side's cells and codes are
+     trained on the sentences `approximate.drawn` picks, each query shard's
+     cells are probed once, each pool shard is indexed once and searched by
+     every query shard, its best candidates by code re-scored exactly from
+     its vectors (`approximate.search_shard`): the steps and shards of
+     `mining.sharded.MiningRun`, so one machine mines the same pairs.
+2. Each sentence's mean cosine to its k neighbours (`mining.filled_mean`),
+   sent to the shards whose sentences name it.
+3. The margin and each query's candidate (`mining.best_candidates`), at or
+   above the threshold (`intersect` thresholds the forward ones only).
+4. The selection, by key. `max` (each sentence once, best first) runs in
+   rounds (`mining.selection`): on each source's shard, then on each
+   target's, a candidate first at both its sentences is kept and the
+   candidates touching a kept sentence leave. `--rounds` rounds are
+   unrolled; candidates still undecided after them stop the run with an
+   error (rerun with more: the k-NN are kept). `intersect` joins the
+   forward and backward candidates on the source's shard.
+5. The texts, joined per shard; each target shard's lines written sorted,
+   then merged (streaming) into `--output`, best first.
 
 Sentences are named by their encode ids (sentence `id` in shard
 `id % shards`), which follow the corpus' order: ties between identical
-vectors resolve by id, as one machine resolves them by index. Every step is
-a function of its input, so a retried or rerun stage gives the same lines.
+vectors resolve by id, as one machine resolves them by index.
+
+Resumable: each block's k-NN (and with `--codes`, each side's trained index,
+each pool shard's index and each query shard's cells) is a file in
+`--work_dir` (default `<output>.work`), written whole; a rerun with the same
+corpora and search settings skips what is there (margin and selection, a
+few seconds a shard, are redone). The work directory goes once the output
+is written.
 """
 
 if __name__ == "__main__":
     from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 import collections
-import math
+import dataclasses
+import heapq
+import json
 
 import apache_beam as beam
 import numpy as np
@@ -45,18 +61,22 @@ from apache_beam.metrics import Metrics
 
 from tf_msemb.evaluation import mining
 from tf_msemb.evaluation import search
+from tf_msemb.files import read_npz
+from tf_msemb.files import write_atomically
+from tf_msemb.files import write_json_atomically
+from tf_msemb.files import write_npz_atomically
+from tf_msemb.mining import approximate
+from tf_msemb.mining import selection as selections
 from tf_msemb.pipelines.beam_io import StageDone
-from tf_msemb.pipelines.beam_io import read_npz
 from tf_msemb.pipelines.beam_io import run_transform
-from tf_msemb.pipelines.beam_io import write_atomically
-from tf_msemb.pipelines.beam_io import write_npz_atomically
 from tf_msemb.pipelines.encode import read_manifest
 from tf_msemb.pipelines.encode import read_shard
 from tf_msemb.pipelines.encode import shard_paths
+from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.mine"
-INDEXES = ("exact", "ivf")
 SIDES = ("x", "y")
+EXACT = "exact"
 
 
 def _other(side):
@@ -70,7 +90,7 @@ def _named(shard_ids, rows):
 
 
 class _Shards:
-    """The last few shards a worker loaded: `(ids, float32 vectors)` (blocks reuse them)."""
+    """The last few shards a worker loaded: `(ids, vectors)`, vectors as stored (blocks reuse them)."""
 
     def __init__(self, paths, keep=4):
         self.paths, self.keep, self.loaded = paths, keep, collections.OrderedDict()
@@ -78,114 +98,188 @@ class _Shards:
     def __call__(self, shard):
         if shard not in self.loaded:
             ids, vectors, _ = read_shard(self.paths[shard])
-            self.loaded[shard] = ids, np.ascontiguousarray(vectors, np.float32)
+            self.loaded[shard] = ids, vectors
             if len(self.loaded) > self.keep:
                 self.loaded.popitem(last=False)
         self.loaded.move_to_end(shard)
         return self.loaded[shard]
 
 
+class WorkDir:
+    """The files of one mining run's steps: `path(name)` under `root`, and whether a step's file is there."""
+
+    def __init__(self, root):
+        self.root = root
+
+    def path(self, name):
+        return f"{self.root}/{name}"
+
+    def has(self, name):
+        return tf.io.gfile.exists(self.path(name))
+
+    def knn_part(self, side, shard, pool_shard):
+        return f"knn.{side}.{shard:05d}.{pool_shard:05d}.npz"
+
+    def check(self, settings):
+        """Records the search settings; a work directory holding another run's files is refused."""
+        tf.io.gfile.makedirs(self.root)
+        if self.has("settings.json"):
+            with tf.io.gfile.GFile(self.path("settings.json")) as f:
+                if json.load(f) != settings:
+                    raise CorpusError(f"{self.root} holds a mining run with other corpora or search settings; remove "
+                                      "it or pass another --work_dir")
+            return
+        write_json_atomically(self.path("settings.json"), settings)
+
+
+def _knn_part(work, name):
+    part = read_npz(work.path(name))
+    return part["names"], part["sims"], part["neighbours"]
+
+
 class ExactBlock(beam.DoFn):
     """`(x shard, y shard)` -> both directions' k-NN within the block, keyed `(side, shard)`, neighbours by id."""
 
-    def __init__(self, x_paths, y_paths, k):
-        self.x_paths, self.y_paths, self.k = x_paths, y_paths, k
+    def __init__(self, x_paths, y_paths, k, work):
+        self.x_paths, self.y_paths, self.k, self.work = x_paths, y_paths, k, work
 
     def setup(self):
         self.x, self.y = _Shards(self.x_paths), _Shards(self.y_paths)
 
     def process(self, block):
         qs, ts = block
-        (x_names, x), (y_names, y) = self.x(qs), self.y(ts)
-        if not len(x) or not len(y):
-            return
-        (x_sims, x_rows), (y_sims, y_rows) = search.exact_knn_both(x, y, self.k)
-        Metrics.counter(NAMESPACE, "block_scores").inc(len(x) * len(y))
-        yield ("x", qs), (x_names, x_sims, _named(y_names, x_rows))
-        yield ("y", ts), (y_names, y_sims, _named(x_names, y_rows))
+        names = self.work.knn_part("x", qs, ts), self.work.knn_part("y", ts, qs)
+        if not all(self.work.has(name) for name in names):
+            (x_names, x), (y_names, y) = self.x(qs), self.y(ts)
+            if not len(x) or not len(y):
+                return
+            (x_sims, x_rows), (y_sims, y_rows) = search.exact_knn_both(np.asarray(x, np.float32),
+                                                                       np.asarray(y, np.float32), self.k)
+            Metrics.counter(NAMESPACE, "block_scores").inc(len(x) * len(y))
+            write_npz_atomically(self.work.path(names[0]), names=x_names, sims=x_sims,
+                                 neighbours=_named(y_names, x_rows))
+            write_npz_atomically(self.work.path(names[1]), names=y_names, sims=y_sims,
+                                 neighbours=_named(x_names, y_rows))
+        yield ("x", qs), _knn_part(self.work, names[0])
+        yield ("y", ts), _knn_part(self.work, names[1])
 
 
-def _cells_path(cells_dir, side, shard):
-    return f"{cells_dir}/{side}-{shard:05d}.npz"
+class TrainIndex(beam.DoFn):
+    """`(side, [(shard, ids, vectors) drawn])` -> `side`, once `index.<side>.trained.faiss` is written."""
+
+    def __init__(self, plans, work):
+        self.plans, self.work = plans, work
+
+    def process(self, element):
+        side, parts = element
+        name = f"index.{side}.trained.faiss"
+        if not self.work.has(name):
+            parts = [part for part in parts if len(part[1])]
+            ids = np.concatenate([ids for _, ids, _ in parts])
+            vectors = np.concatenate([vectors for _, _, vectors in parts])[np.argsort(ids)]  # one machine's order
+            _write_index(self.work, name, approximate.train_index(self.plans[side], vectors))
+        yield side
+
+
+def _read_index(work, name):
+    import faiss
+
+    with tf.io.gfile.GFile(work.path(name), "rb") as f:
+        return faiss.deserialize_index(np.frombuffer(bytearray(f.read()), np.uint8))
+
+
+def _write_index(work, name, index):
+    import faiss
+
+    data = faiss.serialize_index(index).tobytes()
+
+    def write(partial):
+        with tf.io.gfile.GFile(partial, "wb") as f:
+            f.write(data)
+
+    write_atomically(work.path(name), write)
 
 
 class ProbeCells(beam.DoFn):
-    """`(side, shard)` -> the IVF cells its sentences probe in the other side's cells, written to `cells_dir`.
+    """`(side, shard)` -> itself, once its sentences' cells in the other side's index are in `cells.<side>.<shard>`.
 
-    Every shard of the other side's pool is searched with them
-    (`IvfColumn`), so a query's quantizer search runs once instead of once
-    per pool shard (1M x 1M in 8 shards a side on 1 worker: 1,041 s with a
-    quantizer search per pool shard, 675 s with this). Files, like the
-    vectors: a side's cells are read by each pool shard, never held whole
-    by one worker.
+    Every pool shard is searched with them (`SearchColumn`): a query's
+    cells are found once, not once per pool shard, and read from a file by
+    each pool shard's worker, never held whole by one.
     """
 
-    def __init__(self, paths, nprobe, cells_dir):
-        self.paths, self.nprobe, self.cells_dir = paths, nprobe, cells_dir
+    def __init__(self, paths, plans, work):
+        self.paths, self.plans, self.work = paths, plans, work
 
     def process(self, element, trained):
-        import faiss
-
+        del trained  # waited on: every side's index is trained
         side, shard = element
-        _, vectors, _ = read_shard(self.paths[side][shard])
-        if not len(vectors):  # an empty shard is no column's query shard
-            yield element
-            return
-        sims, cells = search.probed_cells(faiss.deserialize_index(trained[_other(side)]), vectors, self.nprobe)
-        tf.io.gfile.makedirs(self.cells_dir)
-        write_npz_atomically(_cells_path(self.cells_dir, side, shard), sims=sims, cells=cells)
+        name = f"cells.{side}.{shard:05d}.npz"
+        if not self.work.has(name):
+            _, vectors, _ = read_shard(self.paths[side][shard])
+            other = _other(side)
+            sims, cells = approximate.probed_cells(_read_index(self.work, f"index.{other}.trained.faiss"),
+                                                   self.plans[other], np.asarray(vectors, np.float32))
+            write_npz_atomically(self.work.path(name), sims=sims, cells=cells.astype(np.int32))
         yield element
 
 
-class IvfColumn(beam.DoFn):
-    """`(side, shard)` of the searched pool -> the k-NN in it of every shard of the other side (IVF, nprobe cells).
+class SearchColumn(beam.DoFn):
+    """`(side, shard)` of a pool -> each query shard of the other side's k-NN in it, keyed `(side, shard)`.
 
-    The pool shard is added once to the side's trained quantizer (a side
-    input, the same cells on every worker) and searched with the cells
-    `ProbeCells` wrote for each query shard, so the union over pool shards
-    of each query's probed lists is what one index over the whole pool
-    probes.
+    The pool shard is indexed once (`index.<side>.<shard>.faiss`) and
+    searched with each query shard's cells (`approximate.search_shard`:
+    the best candidates by code, re-scored from the shard's own vectors);
+    each block's k-NN is a file, skipped when a rerun finds it.
     """
 
-    def __init__(self, paths, k, cells_dir):
-        self.paths, self.k, self.cells_dir = paths, k, cells_dir
+    def __init__(self, paths, plans, k, work):
+        self.paths, self.plans, self.k, self.work = paths, plans, k, work
 
     def setup(self):
         self.shards = {side: _Shards(self.paths[side], keep=2) for side in SIDES}
 
-    def process(self, column, trained, probed):
-        import faiss
-
+    def process(self, column, probed):
         del probed  # waited on: every query shard's cells are written
         side, shard = column
-        pool_names, pool = self.shards[side](shard)
-        if not len(pool):
-            return
-        index = faiss.deserialize_index(trained[side])
-        index.add(pool)
         other = _other(side)
-        for query_shard in range(len(self.paths[other])):
-            names, queries = self.shards[other](query_shard)
-            if len(queries):
-                cells = read_npz(_cells_path(self.cells_dir, other, query_shard))
-                sims, rows = search.search_probed(index, queries, self.k, (cells["sims"], cells["cells"]))
-                Metrics.counter(NAMESPACE, "queries").inc(len(queries))
-                yield (other, query_shard), (names, sims, _named(pool_names, rows))
+        names = [self.work.knn_part(other, query_shard, shard) for query_shard in range(len(self.paths[other]))]
+        if not all(self.work.has(name) for name in names):
+            pool_ids, pool = self.shards[side](shard)
+            if not len(pool):
+                return
+            index_name = f"index.{side}.{shard:05d}.faiss"
+            if self.work.has(index_name):
+                index = _read_index(self.work, index_name)
+            else:
+                index = _read_index(self.work, f"index.{side}.trained.faiss")
+                index.add_with_ids(np.asarray(pool, np.float32), pool_ids.astype(np.int64))
+                _write_index(self.work, index_name, index)
+            for query_shard, name in enumerate(names):
+                if self.work.has(name):
+                    continue
+                query_ids, queries = self.shards[other](query_shard)
+                if len(queries):
+                    cells = read_npz(self.work.path(f"cells.{other}.{query_shard:05d}.npz"))
+                    sims, neighbours = approximate.search_shard(
+                        index, self.plans[side], queries, (cells["sims"], cells["cells"].astype(np.int64)), pool,
+                        pool_ids, self.k)
+                    Metrics.counter(NAMESPACE, "queries").inc(len(queries))
+                    write_npz_atomically(self.work.path(name), names=query_ids, sims=sims, neighbours=neighbours)
+        for query_shard, name in enumerate(names):
+            if self.work.has(name):
+                yield (other, query_shard), _knn_part(self.work, name)
 
 
-class TrainQuantizer(beam.DoFn):
-    """A side's vectors (every shard's share of a sample) -> a trained, empty IVF index, serialized."""
-
-    def __init__(self, nlist, sizes):
-        self.nlist, self.sizes = nlist, sizes
-
-    def process(self, sample):
-        import faiss
-
-        side, vectors = sample
-        # An empty shard's vectors are `[0, 0]`: left out.
-        vectors = np.concatenate([part for _, part in sorted(vectors, key=lambda part: part[0]) if len(part)])
-        yield side, faiss.serialize_index(search.trained_ivf(vectors, self.sizes[side], self.nlist))
+def _drawn(element, paths, sizes, plans, seed, work):
+    """`(side, shard)` -> `(side, (shard, ids, vectors))` of the shard's sentences in the side's training sample."""
+    side, shard = element
+    if work.has(f"index.{side}.trained.faiss"):
+        yield side, (shard, np.zeros(0, np.int64), np.zeros((0, 0), np.float32))
+        return
+    ids, vectors, _ = read_shard(paths[side][shard])
+    keep = approximate.drawn(ids, sizes[side], plans[side], seed)
+    yield side, (shard, ids[keep], np.asarray(vectors[keep], np.float32))
 
 
 def _merged(element, k):
@@ -197,10 +291,8 @@ def _merged(element, k):
     """
     key, parts = element
     names = parts[0][0]
-    sims = np.concatenate([part[1] for part in parts], axis=1)
-    neighbours = np.concatenate([part[2] for part in parts], axis=1)
-    order = np.lexsort((neighbours, -sims), axis=1)[:, :k]  # NaN (unfilled) last
-    return key, (names, np.take_along_axis(sims, order, axis=1), np.take_along_axis(neighbours, order, axis=1))
+    sims, neighbours = approximate.merge_shards([(part[1], part[2]) for part in parts], k)
+    return key, (names, sims, neighbours)
 
 
 def _requests(element, num_shards):
@@ -224,11 +316,12 @@ def _answers(element):
 
 
 class Candidates(beam.DoFn):
-    """A shard's k-NN, its means and its neighbours' means -> each query's best candidate at or above the threshold.
+    """A shard's k-NN, its means and its neighbours' means -> its queries' best candidates at or above the threshold.
 
-    Backward candidates are not thresholded for `intersect`: it keeps a
-    forward candidate by its own score when the backward search found the
-    same pair, whatever that one's score (they differ for one-sided margins).
+    Outputs `(scores, x ids, y ids)` arrays tagged by side. Backward
+    candidates are not thresholded for `intersect`: it keeps a forward
+    candidate by its own score when the backward search found the same
+    pair, whatever that one's score (they differ for one-sided margins).
     """
 
     def __init__(self, margin, pick, threshold, selection):
@@ -250,53 +343,153 @@ class Candidates(beam.DoFn):
         neighbour_means[filled] = values[np.searchsorted(known, neighbours[filled])]
         scores, chosen = mining.best_candidates(sims, neighbours, means, neighbour_means, self.margin, self.pick)
         kept = np.isfinite(scores) & (scores >= (self.threshold if side == "x" else self.backward_threshold))
-        for score, query, candidate in zip(scores[kept], names[kept], chosen[kept]):
-            pair = (int(query), int(candidate)) if side == "x" else (int(candidate), int(query))
-            yield beam.pvalue.TaggedOutput(side, (float(score), *pair))
+        if kept.any():
+            queries, partners = names[kept].astype(np.int64), chosen[kept].astype(np.int64)
+            pairs = (queries, partners) if side == "x" else (partners, queries)
+            yield beam.pvalue.TaggedOutput(side, (scores[kept].astype(np.float64), *pairs))
 
 
-def _select(forward, backward, selection, threshold):
-    """`mining.select`, then the threshold (as `mining.mine`; candidates below it were mostly dropped before)."""
-    chosen = mining.select(forward, backward, selection)
-    return chosen if threshold is None else [c for c in chosen if c[0] >= threshold]
+def _take(edges, keep):
+    return tuple(array[keep] for array in edges)
 
 
-class AttachTexts(beam.DoFn):
-    """`(shard, pairs)` -> each pair with the text of its `side`'s sentence (in that shard) appended."""
+def _by_shard(edges, axis, num_shards, tag=None):
+    """Candidates `(scores, xs, ys, ...)` -> `(shard of their x or y, [tag,] the shard's candidates)`."""
+    shards = edges[1 + axis] % num_shards
+    for shard in np.unique(shards):
+        part = _take(edges, shards == shard)
+        yield int(shard), ((tag, part) if tag else part)
 
-    def __init__(self, paths, side):
-        self.paths, self.side = paths, side
+
+def _round_at_x(element, num_y_shards):
+    """One source shard's live candidates, and its sentences kept last round -> each marked first at its source."""
+    _, values = element
+    edges = [part for tag, part in values if tag == "edges"]
+    taken = [part for tag, part in values if tag == "taken"]
+    if not edges:
+        return
+    edges = tuple(np.concatenate(arrays) for arrays in zip(*edges))
+    if taken:
+        edges = _take(edges, ~np.isin(edges[1], np.concatenate(taken)))
+    first = selections.first_at(edges[1], *edges)
+    yield from _by_shard((*edges, first), 1, num_y_shards)
+
+
+class RoundAtY(beam.DoFn):
+    """One target shard's candidates, marked at their sources -> kept ones (tagged `kept`), the rest routed back.
+
+    A candidate first at both its sentences is kept; candidates whose
+    target it took leave here, those whose source it took leave on the
+    source's shard next round (its sentence goes there as `taken`).
+    """
+
+    def __init__(self, num_x_shards):
+        self.num_x_shards = num_x_shards
 
     def process(self, element):
-        shard, pairs = element
-        names, _, texts = read_shard(self.paths[shard])
-        for pair in pairs:
-            yield *pair, texts[int(np.searchsorted(names, pair[1 if self.side == "x" else 2]))]
+        _, parts = element
+        scores, xs, ys, first_x = (np.concatenate(arrays) for arrays in zip(*parts))
+        edges = scores, xs, ys
+        kept = first_x & selections.first_at(ys, *edges)
+        if kept.any():
+            yield beam.pvalue.TaggedOutput("kept", _take(edges, kept))
+            for shard, taken in _by_shard(_take(edges, kept), 0, self.num_x_shards):
+                yield shard, ("taken", taken[1])
+        live = ~kept & ~np.isin(ys, ys[kept])
+        if live.any():
+            yield from _by_shard(_take(edges, live), 0, self.num_x_shards, "edges")
 
 
-def _write_lines(pairs, output, scratch=None):
-    """Writes `score<TAB>src<TAB>tgt` lines, best first (the order `mining.select` gives), then removes `scratch`."""
-    pairs = sorted(pairs, key=lambda p: (p[0], p[1], p[2]), reverse=True)
+def _intersected(element):
+    """A source shard's forward and backward candidates -> the forward ones the backward search found too."""
+    _, grouped = element
+    forward, backward = (tuple(np.concatenate(arrays) for arrays in zip(*grouped[tag])) if grouped[tag] else None
+                         for tag in ("forward", "backward"))
+    if forward is not None and backward is not None:
+        chosen = selections.intersect(forward, backward)
+        if len(chosen[0]):
+            yield chosen
+
+
+def _texts(path, ids):
+    """The texts of sentences `ids` of one encoded shard, as an object array."""
+    names, _, texts = read_shard(path)
+    return np.asarray(texts, dtype=object)[np.searchsorted(names, ids)] if len(ids) else np.zeros(0, object)
+
+
+class AttachSourceTexts(beam.DoFn):
+    """`(source shard, [(scores, xs, ys)])` -> `(scores, xs, ys, source texts)`."""
+
+    def __init__(self, paths):
+        self.paths = paths
+
+    def process(self, element):
+        shard, parts = element
+        scores, xs, ys = (np.concatenate(arrays) for arrays in zip(*parts))
+        yield scores, xs, ys, _texts(self.paths[shard], xs)
+
+
+class WritePart(beam.DoFn):
+    """A target shard's pairs with their source texts -> `part.<shard>.tsv` in the work directory, best first."""
+
+    def __init__(self, paths, work):
+        self.paths, self.work = paths, work
+
+    def process(self, element):
+        shard, parts = element
+        scores, xs, ys, sources = (np.concatenate(arrays) for arrays in zip(*parts))
+        targets = _texts(self.paths[shard], ys)
+        order = selections.best_first(scores, xs, ys)
+        name = f"part.{shard:05d}.tsv"
+
+        def write(partial):
+            with tf.io.gfile.GFile(partial, "w") as f:
+                for row in order.tolist():
+                    src, tgt = (text.replace("\t", " ").replace("\n", " ") for text in (sources[row], targets[row]))
+                    f.write(f"{float(scores[row])!r}\t{xs[row]}\t{ys[row]}\t{src}\t{tgt}\n")
+
+        write_atomically(self.work.path(name), write)
+        yield name
+
+
+def _part_rows(path):
+    with tf.io.gfile.GFile(path) as f:
+        for line in f:
+            score, x, y, src, tgt = line.rstrip("\n").split("\t")
+            yield (-float(score), -int(x), -int(y)), score, src, tgt
+
+
+def _write_output(output, parts, undecided, work, rounds):
+    """Merges the sorted parts into `output` (best first, as `mining.select` orders), then removes `work`."""
+    if undecided:
+        raise CorpusError(f"{undecided} candidate pairs are still undecided after {rounds} selection rounds: rerun "
+                          f"with --rounds={2 * rounds} (the k-NN in {work.root} are reused)")
+    merged = heapq.merge(*(_part_rows(work.path(name)) for name in sorted(parts)), key=lambda row: row[0])
+    count = 0
 
     def write(partial):
+        nonlocal count
         with tf.io.gfile.GFile(partial, "w") as f:
-            for score, _, _, src, tgt in pairs:
-                f.write(f"{score:.6f}\t{src.replace(chr(9), ' ')}\t{tgt.replace(chr(9), ' ')}\n")
+            for _, score, src, tgt in merged:
+                f.write(f"{float(score):.6f}\t{src}\t{tgt}\n")
+                count += 1
 
     write_atomically(output, write)
-    if scratch and tf.io.gfile.exists(scratch):
-        tf.io.gfile.rmtree(scratch)
-    return len(pairs)
+    tf.io.gfile.rmtree(work.root)
+    return count
 
 
-def _sample(element, paths, sizes, per_side, seed):
-    """`(side, shard)` -> `(side, (shard, its share of the side's training sample))`: a fixed draw per shard."""
-    side, shard = element
-    _, vectors, _ = read_shard(paths[side][shard])
-    take = min(len(vectors), math.ceil(per_side * len(vectors) / max(sizes[side], 1)))
-    rows = np.sort(np.random.default_rng([seed, SIDES.index(side), shard]).choice(len(vectors), size=take,
-                                                                                  replace=False))
-    yield side, (shard, np.asarray(vectors[rows], np.float32))
+def _print_count(count, stage, unit):
+    print(f"[pipeline] {stage}: {count} {unit}", flush=True)
+
+
+def search_plan(size, codes, cells=None, probes=None, candidates=None):
+    """`approximate.plan_for(size, codes)`, with `cells` (40 training vectors each), `probes`, `candidates` if given."""
+    plan = approximate.plan_for(size, codes)
+    if cells:
+        plan = dataclasses.replace(plan, cells=cells, probes=min(plan.probes, cells), train_size=min(size, 40 * cells))
+    return dataclasses.replace(plan, **{name: value for name, value in (("probes", probes), ("candidates", candidates))
+                                        if value is not None})
 
 
 class MineBitext(beam.PTransform):
@@ -306,28 +499,35 @@ class MineBitext(beam.PTransform):
         src_dir, tgt_dir: `tf_msemb.pipelines.encode` output directories.
         output: the TSV file to write.
         k, margin, selection, pick, threshold: as `tools/mine_bitext.py`'s flags.
-        index: `"exact"` blocks, or `"ivf"` (a quantizer per side trained on `sample` vectors, `nlist` cells,
-            `nprobe` cells probed per query).
+        codes: `None` for exact blocks, or one of `approximate.CODES`: each side's index planned by
+            `approximate.plan_for` from its size, with `cells`, `probes`, `candidates` overriding the plan's.
+        rounds: `max` selection rounds unrolled in the pipeline.
+        work_dir: the steps' files (default `<output>.work`).
+        seed: of the training samples.
     """
 
     def __init__(self, src_dir, tgt_dir, output, k=4, margin="ratio", selection="max", pick=None, threshold=None,
-                 index="exact", nlist=None, nprobe=16, sample=100_000, seed=0):
+                 codes=None, cells=None, probes=None, candidates=None, rounds=16, work_dir=None, seed=0):
         super().__init__()
-        if index not in INDEXES:
-            raise ValueError(f"Unknown index {index!r}; choose from {INDEXES}.")
         for value, choices, what in ((margin, mining.MARGINS, "margin"), (selection, mining.SELECTIONS, "selection"),
-                                     (pick or mining.PICKS[0], mining.PICKS, "pick")):
+                                     (pick or mining.PICKS[0], mining.PICKS, "pick"),
+                                     (codes or EXACT, (EXACT, *approximate.CODES), "codes")):
             if value not in choices:  # here, not on a worker
                 raise ValueError(f"Unknown {what} {value!r}; choose from {choices}.")
         self.paths = {"x": shard_paths(src_dir), "y": shard_paths(tgt_dir)}
         self.sizes = {"x": read_manifest(src_dir)["sentences"], "y": read_manifest(tgt_dir)["sentences"]}
         self.output, self.k, self.margin, self.selection, self.pick = output, k, margin, selection, pick
-        self.threshold, self.index, self.nlist, self.nprobe = threshold, index, nlist, nprobe
-        self.sample, self.seed = sample, seed
+        self.threshold, self.rounds, self.seed = threshold, rounds, seed
+        self.codes = None if codes == EXACT else codes
+        self.plans = {side: self.codes and search_plan(size, self.codes, cells, probes, candidates)
+                      for side, size in self.sizes.items()}
+        self.work = WorkDir(work_dir or f"{output}.work")
+        self.work.check({"src": src_dir, "tgt": tgt_dir, "sizes": self.sizes, "k": k, "seed": seed,
+                         "shards": {side: len(paths) for side, paths in self.paths.items()},
+                         "plans": {side: plan and vars(plan) for side, plan in self.plans.items()}})
 
     def expand(self, pipeline):
-        knn_parts = self._knn_parts(pipeline)
-        knn = (knn_parts
+        knn = (self._knn_parts(pipeline)
                | "BySentenceShard" >> beam.GroupByKey()
                | "TopK" >> beam.Map(_merged, self.k))
         _ = knn | StageDone("knn", "shards")
@@ -340,57 +540,84 @@ class MineBitext(beam.PTransform):
                       | "WithNeighbourMeans" >> beam.CoGroupByKey()
                       | "Candidates" >> beam.ParDo(Candidates(self.margin, self.pick, self.threshold,
                                                               self.selection)).with_outputs(*SIDES))
-        backward = candidates.y | "Backward" >> beam.combiners.ToList()
-        chosen = (candidates.x
-                  | "Forward" >> beam.combiners.ToList()
-                  | "Select" >> beam.FlatMap(_select, beam.pvalue.AsSingleton(backward), self.selection,
-                                           self.threshold))
-        _ = chosen | StageDone("select", "pairs")
-        lines = (chosen
-                 | "SourceShard" >> beam.Map(lambda pair, n: (pair[1] % n, pair), len(self.paths["x"]))
+        chosen, undecided = self._select(candidates, num_shards)
+        _ = (chosen
+             | "PairsPerPart" >> beam.Map(lambda edges: len(edges[0]))
+             | "Pairs" >> beam.CombineGlobally(sum)
+             | "PrintSelected" >> beam.Map(_print_count, "select", "pairs"))
+        parts = (chosen
+                 | "SourceShard" >> beam.FlatMap(_by_shard, 0, num_shards["x"])
                  | "BySource" >> beam.GroupByKey()
-                 | "SourceText" >> beam.ParDo(AttachTexts(self.paths["x"], "x"))
-                 | "TargetShard" >> beam.Map(lambda pair, n: (pair[2] % n, pair), len(self.paths["y"]))
+                 | "SourceText" >> beam.ParDo(AttachSourceTexts(self.paths["x"]))
+                 | "TargetShard" >> beam.FlatMap(_by_shard, 1, num_shards["y"])
                  | "ByTarget" >> beam.GroupByKey()
-                 | "TargetText" >> beam.ParDo(AttachTexts(self.paths["y"], "y")))
-        return (lines
-                | "All" >> beam.combiners.ToList()
-                | "Write" >> beam.Map(_write_lines, self.output, self._cells_dir() if self.index == "ivf" else None))
+                 | "WriteParts" >> beam.ParDo(WritePart(self.paths["y"], self.work)))
+        return (pipeline
+                | "Output" >> beam.Create([self.output])
+                | "Write" >> beam.Map(_write_output, beam.pvalue.AsList(parts), beam.pvalue.AsSingleton(undecided),
+                                      self.work, self.rounds))
+
+    def _select(self, candidates, num_shards):
+        """The selected candidates (arrays, by shard) and how many `max` left undecided."""
+        no_undecided = candidates.x.pipeline | "NoneUndecided" >> beam.Create([0])
+        if self.selection in ("forward", "backward"):
+            return candidates.x if self.selection == "forward" else candidates.y, no_undecided
+        if self.selection == "intersect":
+            chosen = ({"forward": candidates.x | "ForwardBySource" >> beam.FlatMap(_by_shard, 0, num_shards["x"]),
+                       "backward": candidates.y | "BackwardBySource" >> beam.FlatMap(_by_shard, 0, num_shards["x"])}
+                      | "BySourceShard" >> beam.CoGroupByKey()
+                      | "Intersect" >> beam.FlatMap(_intersected))
+            return chosen, no_undecided
+        live = ((candidates.x, candidates.y)
+                | "BothWays" >> beam.Flatten()
+                | "ToSources" >> beam.FlatMap(_by_shard, 0, num_shards["x"], "edges"))
+        kept = []
+        for number in range(1, self.rounds + 1):
+            rounded = (live
+                       | f"Round{number}BySource" >> beam.GroupByKey()
+                       | f"Round{number}AtSource" >> beam.FlatMap(_round_at_x, num_shards["y"])
+                       | f"Round{number}ByTarget" >> beam.GroupByKey()
+                       | f"Round{number}AtTarget" >> beam.ParDo(RoundAtY(num_shards["x"])).with_outputs(
+                           "kept", main="live"))
+            kept.append(rounded.kept)
+            live = rounded.live
+        undecided = (live
+                     | "Undecided" >> beam.FlatMap(lambda element: [len(element[1][1][0])] if element[1][0] == "edges"
+                                                   else [])
+                     | "CountUndecided" >> beam.CombineGlobally(sum))
+        return tuple(kept) | "Kept" >> beam.Flatten(), undecided
 
     def _knn_parts(self, pipeline):
-        if self.index == "exact":
+        if self.codes is None:
             blocks = [(qs, ts) for qs in range(len(self.paths["x"])) for ts in range(len(self.paths["y"]))]
             return (pipeline
                     | "Blocks" >> beam.Create(blocks)
                     | "SpreadBlocks" >> beam.Reshuffle()
-                    | "ExactBlocks" >> beam.ParDo(ExactBlock(self.paths["x"], self.paths["y"], self.k)))
+                    | "ExactBlocks" >> beam.ParDo(ExactBlock(self.paths["x"], self.paths["y"], self.k, self.work)))
         shards = [(side, shard) for side in SIDES for shard in range(len(self.paths[side]))]
         trained = (pipeline
                    | "SampleShards" >> beam.Create(shards)
-                   | "Sample" >> beam.FlatMap(_sample, self.paths, self.sizes, self.sample, self.seed)
+                   | "Draw" >> beam.FlatMap(_drawn, self.paths, self.sizes, self.plans, self.seed, self.work)
                    | "BySide" >> beam.GroupByKey()
-                   | "Train" >> beam.ParDo(TrainQuantizer(self.nlist, self.sizes)))
+                   | "Train" >> beam.ParDo(TrainIndex(self.plans, self.work)))
         probed = (pipeline
                   | "QueryShards" >> beam.Create(shards)
                   | "SpreadQueryShards" >> beam.Reshuffle()
-                  | "ProbeCells" >> beam.ParDo(ProbeCells(self.paths, self.nprobe, self._cells_dir()),
-                                               beam.pvalue.AsDict(trained)))
+                  | "ProbeCells" >> beam.ParDo(ProbeCells(self.paths, self.plans, self.work),
+                                               beam.pvalue.AsList(trained)))
         return (pipeline
-                | "Columns" >> beam.Create(shards)
-                | "SpreadColumns" >> beam.Reshuffle()
-                | "IvfColumns" >> beam.ParDo(IvfColumn(self.paths, self.k, self._cells_dir()),
-                                             beam.pvalue.AsDict(trained), beam.pvalue.AsList(probed)))
-
-    def _cells_dir(self):
-        """Where the IVF mode's probed cells go: beside `output`, removed once the output is written."""
-        return f"{self.output}.cells"
+                | "PoolShards" >> beam.Create(shards)
+                | "SpreadPoolShards" >> beam.Reshuffle()
+                | "SearchColumns" >> beam.ParDo(SearchColumn(self.paths, self.plans, self.k, self.work),
+                                                beam.pvalue.AsList(probed)))
 
 
 def main(argv):
     """Builds and runs the pipeline from the flags; `argv`'s leftovers are Beam's pipeline options."""
     FLAGS = flags.FLAGS
     run_transform(MineBitext(FLAGS.src, FLAGS.tgt, FLAGS.output, FLAGS.k, FLAGS.margin, FLAGS.selection, FLAGS.pick,
-                             FLAGS.threshold, FLAGS.index, FLAGS.nlist, FLAGS.nprobe, FLAGS.sample), argv[1:])
+                             FLAGS.threshold, FLAGS.codes, FLAGS.cells, FLAGS.probes, FLAGS.candidates, FLAGS.rounds,
+                             FLAGS.work_dir), argv[1:])
     print(f"Mined pairs: {FLAGS.output}")
 
 
@@ -404,10 +631,14 @@ def define_flags():
     flags.DEFINE_enum("margin", "ratio", list(mining.MARGINS), "Margin score.")
     flags.DEFINE_enum("selection", "max", list(mining.SELECTIONS), "Candidate selection.")
     flags.DEFINE_enum("pick", None, list(mining.PICKS), "Each query's candidate (default: the margin's paper's rule).")
-    flags.DEFINE_enum("index", "exact", list(INDEXES), "Exact blocks, or IVF cells shared by every worker.")
-    flags.DEFINE_integer("nlist", None, "IVF cells per side (default about 4 sqrt(n) of the sample's pool).")
-    flags.DEFINE_integer("nprobe", 16, "IVF cells probed per query.")
-    flags.DEFINE_integer("sample", 100_000, "Vectors per side the IVF cells are trained on.")
+    flags.DEFINE_enum("codes", EXACT, [EXACT, *approximate.CODES],
+                      "Exact blocks, or IVF cells over these codes with the best candidates re-scored "
+                      "(tf_msemb.mining.approximate; binary is the one docs/mining.md recommends at scale).")
+    flags.DEFINE_integer("cells", None, "IVF cells per side (default: approximate.plan_for's for its size).")
+    flags.DEFINE_integer("probes", None, "Cells probed per query (default: the plan's).")
+    flags.DEFINE_integer("candidates", None, "Candidates re-scored per query and pool shard (default: the plan's).")
+    flags.DEFINE_integer("rounds", 16, "Rounds of max selection in the pipeline (an error asks for more if needed).")
+    flags.DEFINE_string("work_dir", None, "The steps' files, for a rerun to resume from (default <output>.work).")
     flags.mark_flags_as_required(["src", "tgt", "output"])
 
 

@@ -36,6 +36,7 @@ from tf_msemb.data.writing import pair_entry
 from tf_msemb.data.writing import serialize_rows
 from tf_msemb.data.writing import shard_files
 from tf_msemb.data.writing import write_manifest
+from tf_msemb.files import write_atomically
 from tf_msemb.models.pretrained import load_tokenizer
 from tf_msemb.pipelines.beam_io import DEAD_LETTERS
 from tf_msemb.pipelines.beam_io import MALFORMED
@@ -46,7 +47,6 @@ from tf_msemb.pipelines.beam_io import dead_letter
 from tf_msemb.pipelines.beam_io import match_files
 from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import stable_hash
-from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.records"

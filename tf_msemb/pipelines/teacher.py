@@ -29,9 +29,9 @@ from apache_beam.ml.inference.base import RunInference
 from tf_msemb.data.records import data_loss_reason
 from tf_msemb.data.teacher_vectors import with_teacher
 from tf_msemb.data.writing import MANIFEST_SUFFIX
+from tf_msemb.files import write_atomically
 from tf_msemb.pipelines.beam_io import StageDone
 from tf_msemb.pipelines.beam_io import run_transform
-from tf_msemb.pipelines.beam_io import write_atomically
 from tf_msemb.pipelines.encode import ExportModelHandler
 from tf_msemb.text_files import CorpusError
 

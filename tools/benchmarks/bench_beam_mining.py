@@ -1,16 +1,19 @@
 """Mining on one machine against the Beam pipeline on 1 and 2 workers: wall time, sentences/s, peak RSS.
 
-    python tools/benchmarks/bench_beam_mining.py --size=100000 --index=exact --workers=1 --workers=2
-    python tools/benchmarks/bench_beam_mining.py --size=1000000 --index=ivf --nlist=2000 --nprobe=8 --sample=80000
+    python tools/benchmarks/bench_beam_mining.py --size=100000 --codes=exact --workers=1 --workers=2
+    python tools/benchmarks/bench_beam_mining.py --pools=runs/scale_pools/n10000000 --codes=binary --workers=2
 
 Two pools of `--size` float16 vectors (`--dim`; half of the targets are
-noisy copies of sources, the rest random) are written as encode-pipeline
-outputs of `--num_shards` shards under `--work_dir` (kept for reruns). Each
-row then mines them, ratio margin and max selection, in a process of its
-own: `one machine` runs `evaluation.mining.mine` as `tools/mine_bitext.py`
-does after encoding (the same search, `chunk_size` 50,000); `beam, N
-workers` runs `tf_msemb.pipelines.mine` on DirectRunner's multi_processing
-mode with N worker processes. Peak RSS is the launching process' and the
+noisy copies of sources, the rest random), or with `--pools` those of
+`make_scale_pools.py` (e5-like neighbourhoods, planted pairs), are written
+as encode-pipeline outputs of `--num_shards` shards under `--work_dir`
+(kept for reruns). Each row then mines them, ratio margin and max
+selection, in a process of its own: `one machine` runs
+`evaluation.mining.mine` as `tools/mine_bitext.py` does after encoding
+(exact; `chunk_size` 50,000), or with `--codes` `mining.sharded.MiningRun`
+on the same shards with the same plan (`pipelines.mine.search_plan`);
+`beam, N workers` runs `tf_msemb.pipelines.mine` on DirectRunner's
+multi_processing mode with N worker processes. Peak RSS is the launching process' and the
 largest worker's. The last columns compare each Beam row's pairs with the
 one-machine row's: pairs in both, pairs in only one, the largest score
 difference over shared pairs, and the share of planted pairs found.
@@ -29,15 +32,16 @@ from absl import flags
 
 from tf_msemb.interpreter import run_json
 
-flags.DEFINE_multi_integer("size", [100_000], "Sentences per side.")
-flags.DEFINE_enum("index", "exact", ["exact", "ivf"], "Search: exact blocks or IVF.")
+flags.DEFINE_multi_integer("size", [100_000], "Sentences per side (random pools; ignored with --pools).")
+flags.DEFINE_string("pools", None, "A make_scale_pools.py output directory to mine instead of random pools.")
+flags.DEFINE_string("codes", "exact", "exact, or the codes of tf_msemb.mining.approximate.CODES.")
 flags.DEFINE_multi_integer("workers", [1, 2], "Beam worker processes per row.")
 flags.DEFINE_integer("num_shards", 8, "Shards per side.")
 flags.DEFINE_integer("dim", 384, "Embedding dimension.")
 flags.DEFINE_integer("k", 4, "Neighbours per direction.")
-flags.DEFINE_integer("nlist", None, "IVF cells (both sides; default about 4 sqrt(n)).")
-flags.DEFINE_integer("nprobe", 16, "IVF cells probed per query.")
-flags.DEFINE_integer("sample", 100_000, "Vectors per side the Beam IVF cells are trained on.")
+flags.DEFINE_integer("cells", None, "IVF cells (default: the plan's for the pool size).")
+flags.DEFINE_integer("probes", None, "Cells probed per query (default: the plan's).")
+flags.DEFINE_integer("candidates", None, "Candidates re-scored per query and pool shard (default: the plan's).")
 flags.DEFINE_bool("one_machine", True, "Run the one-machine row; false: compare with the one a previous run wrote.")
 flags.DEFINE_string("work_dir", "runs/bench_beam_mining", "Where pools and mined pairs are written.")
 flags.DEFINE_string("child", "", "Internal: `one` or `beam:<workers>` runs one row and prints JSON.")
@@ -46,8 +50,34 @@ FLAGS = flags.FLAGS
 
 
 def _pool_dirs(n):
-    base = os.path.join(FLAGS.work_dir, f"n{n}_d{FLAGS.dim}")
+    name = f"{os.path.basename(os.path.normpath(FLAGS.pools))}_s{FLAGS.num_shards}" if FLAGS.pools else \
+        f"n{n}_d{FLAGS.dim}"
+    base = os.path.join(FLAGS.work_dir, name)
     return os.path.join(base, "x"), os.path.join(base, "y")
+
+
+def _vectors(n):
+    """The pools `(x, y)` in float16 (row = id) and `order`, target j's source row (or n for none)."""
+    import numpy as np
+
+    if FLAGS.pools:
+        from tf_msemb.mining import synthetic
+
+        x, y, pairs, _ = synthetic.read_pools(FLAGS.pools)
+        order = np.full(len(y), len(x))
+        order[pairs[:, 1]] = pairs[:, 0]
+        return x, y, order
+    rng = np.random.default_rng(0)
+
+    def unit(a):
+        return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+    x = unit(rng.standard_normal((n, FLAGS.dim), dtype=np.float32))
+    copies = n // 2
+    y = unit(np.concatenate([x[:copies] + rng.standard_normal((copies, FLAGS.dim), dtype=np.float32) * 0.05,
+                             rng.standard_normal((n - copies, FLAGS.dim), dtype=np.float32)]))
+    order = rng.permutation(n)
+    return x.astype(np.float16), y[order].astype(np.float16), np.where(order < copies, order, n)
 
 
 def write_pools(n):
@@ -59,27 +89,17 @@ def write_pools(n):
     x_dir, y_dir = _pool_dirs(n)
     if os.path.exists(os.path.join(y_dir, encode.MANIFEST)):
         return
-    rng = np.random.default_rng(0)
-
-    def unit(a):
-        return a / np.linalg.norm(a, axis=1, keepdims=True)
-
-    x = unit(rng.standard_normal((n, FLAGS.dim), dtype=np.float32))
-    copies = n // 2
-    y = unit(np.concatenate([x[:copies] + rng.standard_normal((copies, FLAGS.dim), dtype=np.float32) * 0.05,
-                             rng.standard_normal((n - copies, FLAGS.dim), dtype=np.float32)]))
-    order = rng.permutation(n)
-    y = y[order]
+    x, y, order = _vectors(n)
     for directory, vectors, name in ((x_dir, x, "x"), (y_dir, y, "y")):
         os.makedirs(directory, exist_ok=True)
         for shard in range(FLAGS.num_shards):
-            rows = np.arange(shard, n, FLAGS.num_shards)
+            rows = np.arange(shard, len(vectors), FLAGS.num_shards)
             encode.write_shard(os.path.join(directory, encode.shard_name(shard, FLAGS.num_shards)), rows,
-                               vectors[rows].astype(np.float16), [f"{name}{i}" for i in rows])
+                               vectors[rows], [f"{name}{i}" for i in rows])
         encode.write_manifest(directory, {"shards": [encode.shard_name(s, FLAGS.num_shards)
                                                      for s in range(FLAGS.num_shards)],
-                                          "sentences": n, "dim": FLAGS.dim, "dtype": "float16"})
-    planted = {f"y{j}": f"x{int(source)}" for j, source in enumerate(order) if source < copies}
+                                          "sentences": len(vectors), "dim": vectors.shape[1], "dtype": "float16"})
+    planted = {f"y{j}": f"x{int(source)}" for j, source in enumerate(order) if source < len(x)}
     with open(os.path.join(os.path.dirname(x_dir), "planted.json"), "w") as f:
         json.dump(planted, f)
 
@@ -94,13 +114,31 @@ def _pool(directory):
     return np.concatenate([s[1] for s in shards]), [text for s in shards for text in s[2]]
 
 
+def _plans(n):
+    from tf_msemb.pipelines.encode import read_manifest
+    from tf_msemb.pipelines.mine import search_plan
+
+    return {side: search_plan(read_manifest(directory)["sentences"], FLAGS.codes, FLAGS.cells, FLAGS.probes,
+                              FLAGS.candidates) for side, directory in zip("xy", _pool_dirs(n))}
+
+
 def run_one_machine(n, output):
+    import numpy as np
+
     from tf_msemb.evaluation import mining
+    from tf_msemb.mining import sharded
 
     (x, src), (y, tgt) = map(_pool, _pool_dirs(n))
     start = time.perf_counter()
-    pairs = mining.mine(x, y, FLAGS.k, "ratio", "max", None, FLAGS.index, chunk_size=50_000, nprobe=FLAGS.nprobe,
-                        nlist=FLAGS.nlist)
+    if FLAGS.codes == "exact":
+        pairs = mining.mine(x, y, FLAGS.k, "ratio", "max", None, chunk_size=50_000)
+    else:  # ids are rows: the pools in id order, each encode shard `id % num_shards` a shard of the run
+        x, y, _ = _vectors(n)
+        shards = {side: [np.arange(s, len(pool), FLAGS.num_shards) for s in range(FLAGS.num_shards)]
+                  for side, pool in (("x", x), ("y", y))}
+        src, tgt = [f"x{i}" for i in range(len(x))], [f"y{j}" for j in range(len(y))]
+        run = sharded.MiningRun(x, y, f"{output}.work", _plans(n), FLAGS.k, shards=shards, verbose=True)
+        pairs = zip(*(column.tolist() for column in run.pairs("max")))
     seconds = time.perf_counter() - start
     with open(output, "w") as f:
         for score, i, j in pairs:
@@ -117,8 +155,8 @@ def run_beam(n, workers, output):
 
     options = pipeline_options(["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"])
     pipeline = beam.Pipeline(options=options)
-    _ = pipeline | MineBitext(*_pool_dirs(n), output, FLAGS.k, index=FLAGS.index, nlist=FLAGS.nlist,
-                              nprobe=FLAGS.nprobe, sample=FLAGS.sample)
+    _ = pipeline | MineBitext(*_pool_dirs(n), output, FLAGS.k, codes=FLAGS.codes, cells=FLAGS.cells,
+                              probes=FLAGS.probes, candidates=FLAGS.candidates)
     start = time.perf_counter()
     run(pipeline)
     return {"seconds": time.perf_counter() - start,
@@ -128,7 +166,7 @@ def run_beam(n, workers, output):
 
 def _output(n, child):
     """Where a row writes its mined pairs."""
-    return os.path.join(os.path.dirname(_pool_dirs(n)[0]), f"{child.replace(':', '')}.{FLAGS.index}.tsv")
+    return os.path.join(os.path.dirname(_pool_dirs(n)[0]), f"{child.replace(':', '')}.{FLAGS.codes}.tsv")
 
 
 def _read(path):
@@ -138,6 +176,14 @@ def _read(path):
             score, src, tgt = line.rstrip("\n").split("\t")
             pairs[src, tgt] = float(score)
     return pairs
+
+
+def _sizes():
+    if not FLAGS.pools:
+        return FLAGS.size
+    from tf_msemb.mining import synthetic
+
+    return [synthetic.read_pools(FLAGS.pools)[3]["size"]]
 
 
 def main(argv):
@@ -156,7 +202,7 @@ def main(argv):
     print("| size | run | wall s | sentences/s | launcher RSS MiB | largest worker RSS MiB | pairs | shared with "
           "one machine | only one side | max score diff | planted found |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for n in FLAGS.size:
+    for n in _sizes():
         write_pools(n)
         with open(os.path.join(os.path.dirname(_pool_dirs(n)[0]), "planted.json")) as f:
             planted = {(src, tgt) for tgt, src in json.load(f).items()}
