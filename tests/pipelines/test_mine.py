@@ -7,6 +7,9 @@ import sys
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.util import BeamAssertException
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
 import numpy as np
 import pytest
 
@@ -17,6 +20,8 @@ from tf_msemb.mining import selection
 from tf_msemb.mining import sharded
 from tf_msemb.pipelines import encode
 from tf_msemb.pipelines.mine import MineBitext
+from tf_msemb.pipelines.mine import SelectMaxInRounds
+from tf_msemb.pipelines.beam_io import pipeline_options
 from tf_msemb.text_files import CorpusError
 
 
@@ -143,7 +148,7 @@ def test_max_selection_needs_rounds_and_says_when_it_needs_more(tmp_path, beam_o
     assert rounds >= 3  # the one-machine equality tests above take more than one round here
     src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 2)
     output = tmp_path / "m.tsv"
-    with pytest.raises(Exception, match=r"6 candidate pairs are still undecided after 2 selection rounds: rerun "
+    with pytest.raises(Exception, match=r"\d+ candidate pairs are still undecided after 2 selection rounds: rerun "
                                          r"with --rounds=4"):
         _run(beam_options, src_dir, tgt_dir, output, rounds=2)
     assert not output.exists() and os.path.exists(f"{output}.work")
@@ -151,6 +156,44 @@ def test_max_selection_needs_rounds_and_says_when_it_needs_more(tmp_path, beam_o
     (mined, _), scored = _run(beam_options, src_dir, tgt_dir, output, "block_scores", rounds=rounds)
     assert scored == 0  # resumed: no block scored again
     assert mined.keys() == {(src[i], tgt[j]) for _, i, j in mining.mine(x, y, 4, "ratio", "max")}
+
+
+@pytest.mark.slow
+def _check_selection(edges, num_shards, rounds, expected_kept, undecided_check):
+    """Runs `SelectMaxInRounds` on candidate batches in an in-process pipeline and checks what it keeps."""
+    def undecided_is(actual):
+        if len(actual) != 1 or not undecided_check(actual[0]):
+            raise BeamAssertException(f"undecided: {actual}")
+
+    with beam.Pipeline(options=pipeline_options(["--direct_running_mode=in_memory"])) as pipeline:
+        kept, undecided = (pipeline | beam.Create(edges, reshuffle=False)
+                           | SelectMaxInRounds(num_shards, rounds))
+        if expected_kept is not None:
+            pairs = kept | "Pairs" >> beam.FlatMap(lambda batch: zip(*(column.tolist() for column in batch)))
+            assert_that(pairs, equal_to(sorted(expected_kept)), label="Kept")
+        assert_that(undecided, undecided_is, label="Undecided")
+
+
+def test_a_round_counts_only_candidates_whose_sentences_are_both_free():
+    """x0 keeps y0 in round 1; its candidate y1 -> x0 is settled then too, though it leaves only on x0's shard."""
+    edges = [(np.array([2.0]), np.array([0]), np.array([0])), (np.array([1.5]), np.array([0]), np.array([1]))]
+    _check_selection(edges, {"x": 2, "y": 2}, 1, [(2.0, 0, 0)], lambda count: count == 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_keyed_rounds_select_what_greedy_selects(seed):
+    rng = np.random.default_rng(seed)
+    n = 300
+    hubs = rng.integers(0, 12, n)  # many sentences name a few hubs: later rounds are needed
+    forward = (rng.random(n), np.arange(n) * 7, np.where(rng.random(n) < 0.5, hubs, rng.integers(0, n, n)) * 5)
+    backward = (rng.random(n), np.where(rng.random(n) < 0.5, hubs, rng.integers(0, n, n)) * 7, np.arange(n) * 5)
+    expected, rounds = selection.select_max_in_rounds(forward, backward)
+    assert rounds > 2
+    batches = [tuple(column[start : start + 40] for column in direction) for direction in (forward, backward)
+               for start in range(0, n, 40)]
+    _check_selection(batches, {"x": 3, "y": 4}, rounds, list(zip(*(column.tolist() for column in expected))),
+                     lambda count: count == 0)
+    _check_selection(batches, {"x": 3, "y": 4}, rounds - 1, None, lambda count: count > 0)
 
 
 @pytest.mark.slow
@@ -162,8 +205,9 @@ def test_a_run_stopped_between_shards_resumes_to_the_uninterrupted_result(tmp_pa
     (uninterrupted, _), searched = _run(beam_options, src_dir, tgt_dir, tmp_path / "whole.tsv", "queries", **options)
     assert searched == 3 * len(x) + 2 * len(y)  # each query shard by each pool shard
     output = tmp_path / "m.tsv"
+    MineBitext(src_dir, tgt_dir, str(output), **options)  # the work directory, its settings recorded
     blocker = tmp_path / "m.tsv.work" / "knn.x.00001.00002.npz"
-    blocker.mkdir(parents=True)
+    blocker.mkdir()
     with pytest.raises(Exception):
         _run(beam_options, src_dir, tgt_dir, output, **options)
     blocker.rmdir()
@@ -179,12 +223,16 @@ def test_a_run_stopped_between_shards_resumes_to_the_uninterrupted_result(tmp_pa
     assert not os.path.exists(f"{output}.work")
 
 
-def test_a_work_dir_of_other_settings_is_refused(tmp_path):
+def test_a_work_dir_of_other_settings_or_other_files_is_refused(tmp_path):
     (x, src), (y, tgt) = _pools(n_x=60, n_y=50, translated=40)
     src_dir, tgt_dir = _encoded(tmp_path / "x", x, src, 2), _encoded(tmp_path / "y", y, tgt, 2)
     MineBitext(src_dir, tgt_dir, str(tmp_path / "m.tsv"), codes="binary")
     with pytest.raises(CorpusError, match=r"m.tsv.work holds a mining run with other corpora or search settings"):
         MineBitext(src_dir, tgt_dir, str(tmp_path / "m.tsv"), codes="int8")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("a user's file")  # removed with the work dir if adopted
+    with pytest.raises(CorpusError, match=r"mine is not empty and holds no mining run"):
+        MineBitext(src_dir, tgt_dir, str(tmp_path / "n.tsv"), work_dir=str(tmp_path / "mine"))
 
 
 @pytest.mark.slow

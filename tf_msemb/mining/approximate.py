@@ -116,9 +116,11 @@ def drawn(ids, pool_size, plan, seed=0):
     return (z >> np.uint64(11)).astype(np.float64) / 2.0**53 < plan.train_size / max(pool_size, 1)
 
 
-def training_sample(pool, plan, seed=0):
-    """The rows of `pool` that `drawn` picks (about `plan.train_size`), in pool order (sequential memmap reads)."""
-    return _float32(pool[np.flatnonzero(drawn(np.arange(len(pool)), len(pool), plan, seed))])
+def training_sample(pool, plan, seed=0, ids=None):
+    """The rows of `pool` that `drawn` picks by their `ids` (default: row numbers), about `plan.train_size`, in
+    pool order (sequential memmap reads)."""
+    ids = np.arange(len(pool)) if ids is None else ids
+    return _float32(pool[np.flatnonzero(drawn(ids, len(pool), plan, seed))])
 
 
 def set_probes(index, plan):
@@ -132,9 +134,15 @@ def set_probes(index, plan):
 
 def add_rows(index, pool, start, end, chunk_size=100_000):
     """Adds `pool[start:end]` to `index` with their row numbers as ids (read a chunk at a time)."""
-    for chunk_start in range(start, end, chunk_size):
-        chunk_end = min(chunk_start + chunk_size, end)
-        index.add_with_ids(_float32(pool[chunk_start:chunk_end]), np.arange(chunk_start, chunk_end, dtype=np.int64))
+    add_vectors(index, pool, np.arange(start, end, dtype=np.int64), start, chunk_size)
+
+
+def add_vectors(index, vectors, ids, offset=0, chunk_size=100_000):
+    """Adds `vectors[offset:offset + len(ids)]` under `ids`, `chunk_size` at a time (the same chunks everywhere, so
+    the cells vectors land in never depend on who added them)."""
+    for start in range(0, len(ids), chunk_size):
+        chunk = ids[start : start + chunk_size]
+        index.add_with_ids(_float32(vectors[offset + start : offset + start + len(chunk)]), chunk.astype(np.int64))
 
 
 def search(index, plan, queries, pool, k):
@@ -175,12 +183,12 @@ def probed_cells(index, plan, queries):
     Found once per query, they serve every shard of the pool indexed with
     the same trained cells (`search_cells`).
     """
+    if not len(queries):
+        return np.zeros((0, plan.probes), np.float32), np.zeros((0, plan.probes), np.int64)
     set_probes(index, plan)
     ivf, queries = _ivf_queries(index, queries)
     parts = [ivf.quantizer.search(queries[start : start + QUERY_BLOCK], plan.probes)
              for start in range(0, len(queries), QUERY_BLOCK)]
-    if not parts:
-        return np.zeros((0, plan.probes), np.float32), np.zeros((0, plan.probes), np.int64)
     return np.concatenate([s for s, _ in parts]), np.concatenate([c for _, c in parts])
 
 

@@ -55,12 +55,15 @@ class MiningRun:
         shard_size: vectors per index shard and queries per search shard.
         seed: of the training samples.
         shards: `{side: [row arrays]}`, each side's shards (default: `shard_size` consecutive rows each).
+        ids: `{side: [n] int64}`, each row's sentence id, which picks the training sample (default: row numbers;
+            the Beam pipeline's are its encode ids).
     """
 
     def __init__(self, x, y, work_dir, plans, k=4, margin="ratio", pick=None, shard_size=1_000_000, seed=0,
-                 verbose=False, shards=None):
+                 verbose=False, shards=None, ids=None):
         self.pools, self.work_dir, self.plans = {"x": x, "y": y}, work_dir, plans
         self.k, self.margin, self.pick, self.seed, self.verbose = k, margin, pick, seed, verbose
+        self.ids = ids or {}
         self.shards = shards or {side: [np.arange(start, min(start + shard_size, len(pool)))
                                         for start in range(0, len(pool), shard_size)]
                                  for side, pool in self.pools.items()}
@@ -93,7 +96,8 @@ class MiningRun:
         if not os.path.exists(path):
             plan = self.plans[side]
             self._log(f"training {plan.factory(self.pools[side].shape[1])} on {plan.train_size} vectors of {side}")
-            index = approximate.train_index(plan, approximate.training_sample(self.pools[side], plan, self.seed))
+            index = approximate.train_index(plan, approximate.training_sample(self.pools[side], plan, self.seed,
+                                                                            self.ids.get(side)))
             write_atomically(path, lambda partial: faiss.write_index(index, partial))
         return faiss.read_index(path)
 
@@ -103,9 +107,7 @@ class MiningRun:
         if not os.path.exists(path):
             part = self.trained_index(side)
             rows = self.shards[side][number]
-            for start in range(0, len(rows), 100_000):
-                chunk = rows[start : start + 100_000]
-                part.add_with_ids(np.asarray(self.pools[side][chunk], np.float32), chunk.astype(np.int64))
+            approximate.add_vectors(part, self.pools[side][rows], rows)
             write_atomically(path, lambda partial: faiss.write_index(part, partial))
         return faiss.read_index(path)
 

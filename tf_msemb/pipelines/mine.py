@@ -9,8 +9,8 @@ selection), spread over workers and keyed by shard throughout: no step
 holds more than a few shards, whatever the pool sizes.
 
 1. k-NN of every sentence in the other side, per block of (query shard,
-   pool shard), merged per query shard (`search.merge_top_k` order: cosine,
-   then id).
+   pool shard), combined per query shard a block at a time
+   (`approximate.merge_shards`: cosine, then id).
    - Exact (default): both directions of a block in one pass
      (`search.exact_knn_both`).
    - `--codes` (`mining.approximate`): each side's cells and codes are
@@ -18,7 +18,8 @@ holds more than a few shards, whatever the pool sizes.
      cells are probed once, each pool shard is indexed once and searched by
      every query shard, its best candidates by code re-scored exactly from
      its vectors (`approximate.search_shard`): the steps and shards of
-     `mining.sharded.MiningRun`, so one machine mines the same pairs.
+     `mining.sharded.MiningRun`, so one machine given the encode shards and
+     ids mines the same pairs.
 2. Each sentence's mean cosine to its k neighbours (`mining.filled_mean`),
    sent to the shards whose sentences name it.
 3. The margin and each query's candidate (`mining.best_candidates`), at or
@@ -122,6 +123,9 @@ class WorkDir:
 
     def check(self, settings):
         """Records the search settings; a work directory holding another run's files is refused."""
+        if tf.io.gfile.exists(self.root) and tf.io.gfile.listdir(self.root) and not self.has("settings.json"):
+            raise CorpusError(f"{self.root} is not empty and holds no mining run (it is removed once the output is "
+                              "written); pass another --work_dir")
         tf.io.gfile.makedirs(self.root)
         if self.has("settings.json"):
             with tf.io.gfile.GFile(self.path("settings.json")) as f:
@@ -253,7 +257,7 @@ class SearchColumn(beam.DoFn):
                 index = _read_index(self.work, index_name)
             else:
                 index = _read_index(self.work, f"index.{side}.trained.faiss")
-                index.add_with_ids(np.asarray(pool, np.float32), pool_ids.astype(np.int64))
+                approximate.add_vectors(index, pool, pool_ids)
                 _write_index(self.work, index_name, index)
             for query_shard, name in enumerate(names):
                 if self.work.has(name):
@@ -282,17 +286,37 @@ def _drawn(element, paths, sizes, plans, seed, work):
     yield side, (shard, ids[keep], np.asarray(vectors[keep], np.float32))
 
 
-def _merged(element, k):
-    """All blocks' lists of one `(side, shard)` -> `(ids, sims, neighbour ids)`, its sentences' k-NN.
+class MergeKnn(beam.CombineFn):
+    """Blocks' k-NN lists of one `(side, shard)` -> `(ids, sims, neighbour ids)`, its sentences' k-NN.
 
-    Equal cosines rank by neighbour id (one machine ranks them by index,
-    the same order: ids follow the corpus' order), so ties among identical
-    vectors resolve as they do there.
+    Merged a block at a time (`approximate.merge_shards`), so a query shard
+    holds two lists however many pool shards there are. Equal cosines rank
+    by neighbour id (one machine ranks them by index, the same order: ids
+    follow the corpus' order), so ties among identical vectors resolve as
+    they do there.
     """
-    key, parts = element
-    names = parts[0][0]
-    sims, neighbours = approximate.merge_shards([(part[1], part[2]) for part in parts], k)
-    return key, (names, sims, neighbours)
+
+    def __init__(self, k):
+        self.k = k
+
+    def create_accumulator(self):
+        return None
+
+    def add_input(self, accumulator, part):
+        if accumulator is None:
+            return part
+        names, sims, neighbours = accumulator
+        return (names, *approximate.merge_shards([(sims, neighbours), (part[1], part[2])], self.k))
+
+    def merge_accumulators(self, accumulators):
+        merged = None
+        for accumulator in accumulators:
+            if accumulator is not None:
+                merged = self.add_input(merged, accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator
 
 
 def _requests(element, num_shards):
@@ -373,6 +397,16 @@ def _round_at_x(element, num_y_shards):
         edges = _take(edges, ~np.isin(edges[1], np.concatenate(taken)))
     first = selections.first_at(edges[1], *edges)
     yield from _by_shard((*edges, first), 1, num_y_shards)
+
+
+def _undecided(element):
+    """After the last round, a source shard's live candidates whose source no kept candidate took: their count."""
+    _, values = element
+    edges = [part for tag, part in values if tag == "edges"]
+    taken = [part for tag, part in values if tag == "taken"]
+    if edges:
+        xs = np.concatenate([part[1] for part in edges])
+        yield int((~np.isin(xs, np.concatenate(taken) if taken else np.zeros(0, np.int64))).sum())
 
 
 class RoundAtY(beam.DoFn):
@@ -461,6 +495,9 @@ def _part_rows(path):
 
 def _write_output(output, parts, undecided, work, rounds):
     """Merges the sorted parts into `output` (best first, as `mining.select` orders), then removes `work`."""
+    if tf.io.gfile.exists(output) and not tf.io.gfile.exists(work.root):  # a retry of this step after it finished
+        with tf.io.gfile.GFile(output) as f:
+            return sum(1 for _ in f)
     if undecided:
         raise CorpusError(f"{undecided} candidate pairs are still undecided after {rounds} selection rounds: rerun "
                           f"with --rounds={2 * rounds} (the k-NN in {work.root} are reused)")
@@ -477,6 +514,37 @@ def _write_output(output, parts, undecided, work, rounds):
     write_atomically(output, write)
     tf.io.gfile.rmtree(work.root)
     return count
+
+
+class SelectMaxInRounds(beam.PTransform):
+    """Candidates `(scores, xs, ys)` (arrays, any batches) -> `(kept, undecided)`: greedy `max` selection by key.
+
+    `rounds` rounds of `_round_at_x` on the sources' shards and `RoundAtY`
+    on the targets'; `kept` holds the kept candidates (arrays), `undecided`
+    the number of candidates no round settled (0 when `rounds` sufficed).
+    """
+
+    def __init__(self, num_shards, rounds):
+        super().__init__()
+        self.num_shards, self.rounds = num_shards, rounds
+
+    def expand(self, candidates):
+        live = candidates | "ToSources" >> beam.FlatMap(_by_shard, 0, self.num_shards["x"], "edges")
+        kept = []
+        for number in range(1, self.rounds + 1):
+            rounded = (live
+                       | f"Round{number}BySource" >> beam.GroupByKey()
+                       | f"Round{number}AtSource" >> beam.FlatMap(_round_at_x, self.num_shards["y"])
+                       | f"Round{number}ByTarget" >> beam.GroupByKey()
+                       | f"Round{number}AtTarget" >> beam.ParDo(RoundAtY(self.num_shards["x"])).with_outputs(
+                           "kept", main="live"))
+            kept.append(rounded.kept)
+            live = rounded.live
+        undecided = (live
+                     | "LastBySource" >> beam.GroupByKey()
+                     | "Undecided" >> beam.FlatMap(_undecided)
+                     | "CountUndecided" >> beam.CombineGlobally(sum))
+        return tuple(kept) | "Kept" >> beam.Flatten(), undecided
 
 
 def _print_count(count, stage, unit):
@@ -514,22 +582,23 @@ class MineBitext(beam.PTransform):
                                      (codes or EXACT, (EXACT, *approximate.CODES), "codes")):
             if value not in choices:  # here, not on a worker
                 raise ValueError(f"Unknown {what} {value!r}; choose from {choices}.")
+        if rounds < 1:
+            raise ValueError(f"rounds={rounds}: max selection needs at least one round.")
+        manifests = {"x": read_manifest(src_dir), "y": read_manifest(tgt_dir)}
         self.paths = {"x": shard_paths(src_dir), "y": shard_paths(tgt_dir)}
-        self.sizes = {"x": read_manifest(src_dir)["sentences"], "y": read_manifest(tgt_dir)["sentences"]}
+        self.sizes = {side: manifest["sentences"] for side, manifest in manifests.items()}
         self.output, self.k, self.margin, self.selection, self.pick = output, k, margin, selection, pick
         self.threshold, self.rounds, self.seed = threshold, rounds, seed
         self.codes = None if codes == EXACT else codes
         self.plans = {side: self.codes and search_plan(size, self.codes, cells, probes, candidates)
                       for side, size in self.sizes.items()}
         self.work = WorkDir(work_dir or f"{output}.work")
-        self.work.check({"src": src_dir, "tgt": tgt_dir, "sizes": self.sizes, "k": k, "seed": seed,
-                         "shards": {side: len(paths) for side, paths in self.paths.items()},
+        self.work.check({"src": src_dir, "tgt": tgt_dir, "manifests": manifests, "k": k, "seed": seed,
                          "plans": {side: plan and vars(plan) for side, plan in self.plans.items()}})
 
     def expand(self, pipeline):
         knn = (self._knn_parts(pipeline)
-               | "BySentenceShard" >> beam.GroupByKey()
-               | "TopK" >> beam.Map(_merged, self.k))
+               | "TopK" >> beam.CombinePerKey(MergeKnn(self.k)))
         _ = knn | StageDone("knn", "shards")
         means = knn | "Means" >> beam.MapTuple(lambda key, knn: (key, (knn[0], mining.filled_mean(knn[1]))))
         num_shards = {side: len(paths) for side, paths in self.paths.items()}
@@ -559,33 +628,17 @@ class MineBitext(beam.PTransform):
 
     def _select(self, candidates, num_shards):
         """The selected candidates (arrays, by shard) and how many `max` left undecided."""
-        no_undecided = candidates.x.pipeline | "NoneUndecided" >> beam.Create([0])
-        if self.selection in ("forward", "backward"):
-            return candidates.x if self.selection == "forward" else candidates.y, no_undecided
+        if self.selection == "max":
+            return (candidates.x, candidates.y) | "BothWays" >> beam.Flatten() | "SelectMax" >> SelectMaxInRounds(
+                num_shards, self.rounds)
         if self.selection == "intersect":
             chosen = ({"forward": candidates.x | "ForwardBySource" >> beam.FlatMap(_by_shard, 0, num_shards["x"]),
                        "backward": candidates.y | "BackwardBySource" >> beam.FlatMap(_by_shard, 0, num_shards["x"])}
                       | "BySourceShard" >> beam.CoGroupByKey()
                       | "Intersect" >> beam.FlatMap(_intersected))
-            return chosen, no_undecided
-        live = ((candidates.x, candidates.y)
-                | "BothWays" >> beam.Flatten()
-                | "ToSources" >> beam.FlatMap(_by_shard, 0, num_shards["x"], "edges"))
-        kept = []
-        for number in range(1, self.rounds + 1):
-            rounded = (live
-                       | f"Round{number}BySource" >> beam.GroupByKey()
-                       | f"Round{number}AtSource" >> beam.FlatMap(_round_at_x, num_shards["y"])
-                       | f"Round{number}ByTarget" >> beam.GroupByKey()
-                       | f"Round{number}AtTarget" >> beam.ParDo(RoundAtY(num_shards["x"])).with_outputs(
-                           "kept", main="live"))
-            kept.append(rounded.kept)
-            live = rounded.live
-        undecided = (live
-                     | "Undecided" >> beam.FlatMap(lambda element: [len(element[1][1][0])] if element[1][0] == "edges"
-                                                   else [])
-                     | "CountUndecided" >> beam.CombineGlobally(sum))
-        return tuple(kept) | "Kept" >> beam.Flatten(), undecided
+        else:
+            chosen = candidates.x if self.selection == "forward" else candidates.y
+        return chosen, candidates.x.pipeline | "NoneUndecided" >> beam.Create([0])
 
     def _knn_parts(self, pipeline):
         if self.codes is None:
