@@ -385,28 +385,29 @@ def _by_shard(edges, axis, num_shards, tag=None):
         yield int(shard), ((tag, part) if tag else part)
 
 
-def _round_at_x(element, num_y_shards):
-    """One source shard's live candidates, and its sentences kept last round -> each marked first at its source."""
+def _free_at_x(element):
+    """One source shard's live candidates less those whose source a candidate kept last round took (None if none)."""
     _, values = element
     edges = [part for tag, part in values if tag == "edges"]
     taken = [part for tag, part in values if tag == "taken"]
     if not edges:
-        return
+        return None
     edges = tuple(np.concatenate(arrays) for arrays in zip(*edges))
-    if taken:
-        edges = _take(edges, ~np.isin(edges[1], np.concatenate(taken)))
-    first = selections.first_at(edges[1], *edges)
-    yield from _by_shard((*edges, first), 1, num_y_shards)
+    return _take(edges, ~np.isin(edges[1], np.concatenate(taken))) if taken else edges
+
+
+def _round_at_x(element, num_y_shards):
+    """One source shard's free candidates -> each marked whether it is first at its source, routed to its target."""
+    edges = _free_at_x(element)
+    if edges is not None:
+        yield from _by_shard((*edges, selections.first_at(edges[1], *edges)), 1, num_y_shards)
 
 
 def _undecided(element):
-    """After the last round, a source shard's live candidates whose source no kept candidate took: their count."""
-    _, values = element
-    edges = [part for tag, part in values if tag == "edges"]
-    taken = [part for tag, part in values if tag == "taken"]
-    if edges:
-        xs = np.concatenate([part[1] for part in edges])
-        yield int((~np.isin(xs, np.concatenate(taken) if taken else np.zeros(0, np.int64))).sum())
+    """After the last round, how many of a source shard's candidates are still free."""
+    edges = _free_at_x(element)
+    if edges is not None:
+        yield len(edges[0])
 
 
 class RoundAtY(beam.DoFn):
