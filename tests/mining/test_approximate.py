@@ -39,7 +39,7 @@ def test_rescored_search_finds_the_exact_neighbours_with_exact_cosines(codes, co
     x, y, _ = clustered_pools()
     plan = approximate.SearchPlan(codes, cells=16, probes=16, candidates=32, train_size=1300, pq_bytes=16)
     index = approximate.train_index(plan, y)
-    approximate.add_rows(index, y, 0, len(y), chunk_size=500)
+    approximate.add_vectors(index, y, np.arange(len(y)), chunk_size=500)
     sims, rows = approximate.search(index, plan, x, y, k=4)
     exact_sims, exact_rows = _exact(x, y, 4)
     assert np.mean(rows == exact_rows) > agree  # 64 bits a vector (binary) rank least well
@@ -56,7 +56,8 @@ def test_rescored_search_finds_the_exact_neighbours_with_exact_cosines(codes, co
 def test_rescore_skips_unfilled_candidates():
     pool = np.eye(4, dtype=np.float16)
     queries = np.array([[0.6, 0.8, 0, 0], [0, 0, 0, 1]], np.float32)
-    sims, rows = approximate.rescore(queries, pool, np.array([[0, 1, -1], [-1, -1, 3]]), k=2)
+    candidates = np.array([[0, 1, -1], [-1, -1, 3]])
+    sims, rows = approximate.best_k(approximate.cosines(queries, pool, candidates), candidates, k=2)
     np.testing.assert_allclose(sims[0], [0.8, 0.6])
     assert rows.tolist() == [[1, 0], [3, -1]]
     assert np.isnan(sims[1, 1])
@@ -66,7 +67,7 @@ def test_ids_are_pool_rows_when_added_in_pieces():
     _, y, _ = clustered_pools()
     plan = approximate.SearchPlan("float16", cells=8, probes=8, candidates=8, train_size=1300)
     index = approximate.train_index(plan, y)
-    approximate.add_rows(index, y, 700, 1300)
-    approximate.add_rows(index, y, 0, 700, chunk_size=300)
+    approximate.add_vectors(index, y, np.arange(700, 1300), offset=700)
+    approximate.add_vectors(index, y, np.arange(700), chunk_size=300)
     _, rows = approximate.search(index, plan, y[:50], y, k=1)
     assert rows[:, 0].tolist() == list(range(50))

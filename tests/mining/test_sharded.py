@@ -77,7 +77,7 @@ def test_a_pool_searched_shard_by_shard_proposes_candidates_from_every_shard(tmp
     plan = approximate.SearchPlan(codes, cells=8, probes=4, candidates=16, train_size=1300, pq_bytes=16)
     run = sharded.MiningRun(x, y, str(tmp_path), {"x": plan, "y": plan}, shard_size=400)
     whole = run.trained_index("y")  # the same trained cells and codes, all of y added at once
-    approximate.add_rows(whole, y, 0, len(y))
+    approximate.add_vectors(whole, y, np.arange(len(y)))
     one_index = approximate.search(whole, plan, x, y, 4)
     cells = approximate.probed_cells(run.trained_index("y"), plan, x)
     rows = np.arange(len(y))

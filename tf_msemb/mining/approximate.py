@@ -132,11 +132,6 @@ def set_probes(index, plan):
         quantizer.hnsw.efSearch = max(2 * plan.probes, 64)
 
 
-def add_rows(index, pool, start, end, chunk_size=100_000):
-    """Adds `pool[start:end]` to `index` with their row numbers as ids (read a chunk at a time)."""
-    add_vectors(index, pool, np.arange(start, end, dtype=np.int64), start, chunk_size)
-
-
 def add_vectors(index, vectors, ids, offset=0, chunk_size=100_000):
     """Adds `vectors[offset:offset + len(ids)]` under `ids`, `chunk_size` at a time (the same chunks everywhere, so
     the cells vectors land in never depend on who added them)."""
@@ -146,26 +141,15 @@ def add_vectors(index, vectors, ids, offset=0, chunk_size=100_000):
 
 
 def search(index, plan, queries, pool, k):
-    """The k nearest rows of `pool` for each query: `(cosines [n, k] float32, rows [n, k] int64)`, best first.
+    """The k nearest rows of `pool` (all of it in `index`, under row numbers) for each query: `(cosines [n, k]
+    float32, rows [n, k] int64)`, best first, -1 and NaN where the index could not fill them.
 
-    With `plan.candidates`, the index proposes that many per query and
-    `rescore` ranks them by their exact float32 cosines; without, the
-    codes' scores are returned. Rows the index could not fill are -1 with
-    cosine NaN.
+    The one-shard case of `search_shard`: each query's best
+    `plan.candidates` by code re-scored in float32 (without candidates,
+    the codes' scores are returned).
     """
-    set_probes(index, plan)
-    wanted = max(k, plan.candidates) if plan.candidates else k
-    sims, ids = [], []
-    for start in range(0, len(queries), QUERY_BLOCK):
-        block = _float32(queries[start : start + QUERY_BLOCK])
-        scores, rows = index.search(block, wanted)
-        if plan.candidates:
-            scores, rows = rescore(block, pool, rows, k)
-        else:
-            scores, rows = best_k(np.where(rows < 0, np.nan, scores), rows, k)
-        sims.append(scores)
-        ids.append(rows)
-    return np.concatenate(sims), np.concatenate(ids)
+    queries = _float32(queries)
+    return search_shard(index, plan, queries, probed_cells(index, plan, queries), pool, np.arange(len(pool)), k)
 
 
 def _ivf_queries(index, queries):
@@ -254,15 +238,6 @@ def best_k(scores, ids, k):
     order = np.lexsort((ids, np.where(np.isnan(scores), np.inf, -scores)), axis=1)[:, :k]
     best = np.take_along_axis(scores, order, axis=1)
     return best.astype(np.float32), np.where(np.isnan(best), -1, np.take_along_axis(ids, order, axis=1))
-
-
-def rescore(queries, pool, candidates, k):
-    """The k best of each query's `candidates` (`[n, c]` rows of `pool`, -1 for none) by exact float32 cosine.
-
-    Returns `(cosines, rows)`, best first (equal cosines by row), with -1
-    and NaN where a query had fewer than k candidates.
-    """
-    return best_k(cosines(queries, pool, candidates), candidates, k)
 
 
 def bytes_per_vector(index):

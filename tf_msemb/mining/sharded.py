@@ -107,7 +107,7 @@ class MiningRun:
         if not os.path.exists(path):
             part = self.trained_index(side)
             rows = self.shards[side][number]
-            approximate.add_vectors(part, self.pools[side][rows], rows)
+            approximate.add_vectors(part, _rows(self.pools[side], rows), rows)
             write_atomically(path, lambda partial: faiss.write_index(part, partial))
         return faiss.read_index(path)
 
@@ -119,12 +119,12 @@ class MiningRun:
             progress = keras.utils.Progbar(len(self.pools[side]), unit_name="query", verbose=1 if self.verbose else 0)
             for path, rows in zip(paths, self.shards[side]):
                 if not os.path.exists(path):
-                    queries = np.asarray(self.pools[side][rows], np.float32)
+                    queries = np.asarray(_rows(self.pools[side], rows), np.float32)
                     cells = approximate.probed_cells(self.trained_index(other), plan, queries)
                     parts = []
                     for number, pool_rows in enumerate(self.shards[other]):
                         parts.append(approximate.search_shard(self.shard_index(other, number), plan, queries, cells,
-                                                              self.pools[other][pool_rows], pool_rows, self.k))
+                                                              _rows(self.pools[other], pool_rows), pool_rows, self.k))
                         parts = [approximate.merge_shards(parts, self.k)]
                     write_npz_atomically(path, sims=parts[0][0], rows=parts[0][1])
                 progress.add(len(rows))
@@ -173,6 +173,13 @@ class MiningRun:
             keep = scores >= threshold
             scores, xs, ys = scores[keep], xs[keep], ys[keep]
         return scores, xs, ys
+
+
+def _rows(pool, rows):
+    """`pool[rows]`; a slice (a view, read as used) when `rows` are consecutive, as the default shards are."""
+    if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and np.all(np.diff(rows) == 1):
+        return pool[rows[0] : rows[-1] + 1]
+    return pool[rows]
 
 
 def _candidate_arrays(scores, partners, forward):

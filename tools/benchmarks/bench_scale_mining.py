@@ -143,7 +143,7 @@ def ranking():
         start = time.perf_counter()
         index = approximate.train_index(plan, pool)
         seconds = time.perf_counter() - start
-        approximate.add_rows(index, pool, 0, len(pool))
+        approximate.add_vectors(index, pool, np.arange(len(pool)))
         approximate.set_probes(index, plan)
         _, rows = index.search(queries, max(RANKING_CANDIDATES))
         shares = [np.mean([len(set(found[:c]) & set(true)) for found, true in zip(rows, exact)]) / FLAGS.k
