@@ -71,3 +71,21 @@ def test_ids_are_pool_rows_when_added_in_pieces():
     approximate.add_vectors(index, y, np.arange(700), chunk_size=300)
     _, rows = approximate.search(index, plan, y[:50], y, k=1)
     assert rows[:, 0].tolist() == list(range(50))
+
+
+@pytest.mark.parametrize("codes", ["binary", "pq"])  # pq: the cells live after the index's random rotation
+def test_many_cells_are_trained_in_two_levels_and_find_the_neighbours(codes, monkeypatch):
+    x, y, _ = clustered_pools()
+    calls = []
+    two_level = approximate.clustering.two_level_clustering
+    monkeypatch.setattr(approximate.clustering, "two_level_clustering",
+                        lambda *args, **kwargs: calls.append(args[1:3]) or two_level(*args, **kwargs))
+    monkeypatch.setattr(approximate, "HNSW_CELLS", 16)
+    plan = approximate.SearchPlan(codes, cells=16, probes=4, candidates=32, train_size=1300, pq_bytes=16)
+    index = approximate.train_index(plan, y)
+    assert calls == [(4, 16)]
+    approximate.add_vectors(index, y, np.arange(len(y)))
+    _, rows = approximate.search(index, plan, x, y, k=4)
+    _, exact_rows = _exact(x, y, 4)
+    # A quarter of the cells probed: cells in another space than the queries' would miss most neighbours.
+    assert np.mean(rows == exact_rows) > 0.9
