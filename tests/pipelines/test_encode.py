@@ -3,11 +3,13 @@
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.metrics.metric import MetricsFilter
 
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.pipelines import encode as encode_pipeline
 from tf_msemb.quickstart import CORPUS_DIR
+from tf_msemb.text_files import CorpusError
 
 
 def _corpus(tmp_path):
@@ -47,3 +49,37 @@ def test_the_pipeline_vectors_are_the_exports_under_first_occurrence_ids(export,
     # export's; comparing with the reference rounded too would flip a value that lies on a rounding boundary.
     np.testing.assert_allclose(vectors.astype(np.float32), reference, atol=1e-6,
                                rtol=2.0**-11 if dtype == "float16" else 0)
+
+
+def _run(files, export, output_dir, beam_options, num_shards=3):
+    """Runs the pipeline; returns its `sentences` counter (sentences encoded) and the shards read back."""
+    pipeline = beam.Pipeline(options=beam_options)
+    _ = pipeline | encode_pipeline.EncodeCorpus(files, export, output_dir, num_shards=num_shards, batch_size=16)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_name("sentences"))["counters"]
+    return (sum(counter.attempted for counter in counters),
+            [encode_pipeline.read_shard(path) for path in encode_pipeline.shard_paths(output_dir)])
+
+
+@pytest.mark.slow
+def test_a_rerun_encodes_only_the_shards_not_written(export, tmp_path, beam_options):
+    files, _, _ = _corpus(tmp_path)
+    output = str(tmp_path / "out")
+    encoded, shards = _run(files, export, output, beam_options)
+    assert encoded == sum(len(ids) for ids, _, _ in shards)
+    # As a run stopped after writing shards 0 and 2 leaves the directory.
+    (tmp_path / "out" / encode_pipeline.shard_name(1, 3)).unlink()
+    (tmp_path / "out" / encode_pipeline.MANIFEST).unlink()
+    kept = (tmp_path / "out" / encode_pipeline.shard_name(0, 3)).stat().st_mtime_ns
+    encoded, resumed = _run(files, export, output, beam_options)
+    assert encoded == len(shards[1][0])
+    assert (tmp_path / "out" / encode_pipeline.shard_name(0, 3)).stat().st_mtime_ns == kept
+    for (ids, vectors, texts), (ids_again, vectors_again, texts_again) in zip(shards, resumed):
+        assert ids.tolist() == ids_again.tolist() and texts == texts_again
+        np.testing.assert_array_equal(vectors, vectors_again)
+    with pytest.raises(CorpusError, match="holds vectors of another corpus, model, shard count or dtype"):
+        _run(files, export, output, beam_options, num_shards=4)
+    (tmp_path / "out" / encode_pipeline.SETTINGS).unlink()
+    with pytest.raises(CorpusError, match="holds vector shards but no encode.settings.json"):
+        _run(files, export, output, beam_options)

@@ -1,4 +1,4 @@
-"""Any raw-string export over a text corpus, through Beam's `RunInference`: sharded vectors with sentence ids.
+"""Any raw-string export over a text corpus: sharded vectors with sentence ids, resumable shard by shard.
 
     python -m tf_msemb.pipelines.encode --model=runs/distill/export/final --input='news/*.de.gz' \
         --output_dir=runs/encoded/de --num_shards=64 [--dtype=float16] [--runner=DataflowRunner ...]
@@ -11,11 +11,17 @@ the same ids). Sentence `id` goes to shard `id % num_shards`; each shard is
 one `.npz` (`read_shard`) with the ids in order, their vectors (`--dtype`)
 and texts, written whole and renamed, and `encoded.json` lists the shards.
 
-`ExportModelHandler` loads the export with `tf.saved_model.load` after
-importing `tensorflow_text` in the worker (Beam's stock TensorFlow handler
-loads through `keras.models.load_model`, which Keras 3 refuses for a plain
-SavedModel: apache/beam#30616) and calls its `serving_default` signature. Each
-batch `RunInference` hands it is encoded in sub-batches of similar length.
+A shard is encoded by one worker as a unit (`EncodeShard`, its sentences
+sorted by length so each call pads little), so a run that was stopped and
+started again with the same command encodes only the shards not yet
+written; `encode.settings.json` records the corpus, model, shards and
+dtype, and an output directory holding another run's shards is refused.
+
+`ExportModelHandler` (also `RunInference`'s, in the teacher pipeline) loads
+the export with `tf.saved_model.load` after importing `tensorflow_text` in
+the worker (Beam's stock TensorFlow handler loads through
+`keras.models.load_model`, which Keras 3 refuses for a plain SavedModel:
+apache/beam#30616) and calls its `serving_default` signature.
 """
 
 if __name__ == "__main__":
@@ -29,13 +35,12 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 from apache_beam.metrics import Metrics
-from apache_beam.ml.inference.base import KeyedModelHandler
 from apache_beam.ml.inference.base import ModelHandler
 from apache_beam.ml.inference.base import PredictionResult
-from apache_beam.ml.inference.base import RunInference
+from apache_beam.utils import shared
 
 from tf_msemb.files import read_npz
-from tf_msemb.files import write_atomically
+from tf_msemb.files import write_json_atomically
 from tf_msemb.files import write_npz_atomically
 from tf_msemb.pipelines.beam_io import DEAD_LETTERS
 from tf_msemb.pipelines.beam_io import MALFORMED
@@ -48,6 +53,7 @@ from tf_msemb.text_files import CorpusError
 
 NAMESPACE = "tf_msemb.encode"
 MANIFEST = "encoded.json"
+SETTINGS = "encode.settings.json"
 DTYPES = ("float32", "float16")
 LINES_PER_FILE = 2**40
 
@@ -69,12 +75,7 @@ def write_shard(path, ids, vectors, texts):
 
 def write_manifest(directory, manifest):
     """Writes `encoded.json` (shard names, sentence count, dim, dtype, model) whole."""
-
-    def write(partial):
-        with tf.io.gfile.GFile(partial, "w") as f:
-            f.write(json.dumps(manifest, indent=1))
-
-    write_atomically(os.path.join(directory, MANIFEST), write)
+    write_json_atomically(os.path.join(directory, MANIFEST), manifest, indent=1)
 
 
 def read_shard(path):
@@ -152,18 +153,33 @@ class ExportModelHandler(ModelHandler):
         return sum(len(text.encode("utf-8")) for text in batch)
 
 
-class WriteVectorShard(beam.DoFn):
-    """One shard's `(id, (vector, text))` rows -> its `.npz`, ids in order; emits `(shard, count, dim)`."""
+class EncodeShard(beam.DoFn):
+    """`(shard, [(id, text)])` -> the shard's `.npz`, ids in order; emits `(shard, count, dim)`.
 
-    def __init__(self, output_dir, num_shards, dtype):
-        self.output_dir, self.num_shards, self.dtype = output_dir, num_shards, dtype
+    A shard already written (by an earlier run of the same settings) is
+    counted, not encoded again. The export is loaded once per worker
+    process (Beam's `Shared`), when its first shard needs it.
+    """
+
+    def __init__(self, handler, output_dir, num_shards, dtype):
+        self.handler, self.output_dir, self.num_shards, self.dtype = handler, output_dir, num_shards, dtype
+        self._model = shared.Shared()
 
     def process(self, element):
         shard, rows = element
-        rows = sorted(rows, key=lambda row: row[0])
-        vectors = np.stack([row[1][0] for row in rows]) if rows else np.zeros((0, 0))
-        write_shard(os.path.join(self.output_dir, shard_name(shard, self.num_shards)), [row[0] for row in rows],
-                    vectors.astype(self.dtype), [row[1][1] for row in rows])
+        path = os.path.join(self.output_dir, shard_name(shard, self.num_shards))
+        if tf.io.gfile.exists(path):
+            ids, vectors, _ = read_shard(path)
+            Metrics.counter(NAMESPACE, "resumed_shards").inc()
+            yield shard, len(ids), vectors.shape[1]
+            return
+        rows = sorted(rows)
+        texts = [text for _, text in rows]
+        vectors = np.zeros((0, 0))
+        if rows:
+            results = self.handler.run_inference(texts, self._model.acquire(self.handler.load_model))
+            vectors = np.stack([result.inference for result in results])
+        write_shard(path, [id_ for id_, _ in rows], vectors.astype(self.dtype), texts)
         yield shard, len(rows), vectors.shape[1]
 
 
@@ -181,6 +197,22 @@ class WriteEncodedManifest(beam.DoFn):
                     DEAD_LETTERS: f"{DEAD_LETTERS}.tsv"}
         write_manifest(self.output_dir, manifest)
         yield manifest
+
+
+def check_settings(output_dir, settings):
+    """Records an encode run's settings in `output_dir`; a directory holding another run's shards is refused."""
+    path = os.path.join(output_dir, SETTINGS)
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            if json.load(f) == settings:
+                return
+        raise CorpusError(f"{output_dir} holds vectors of another corpus, model, shard count or dtype ({path}); "
+                          "remove it or pass another --output_dir")
+    if tf.io.gfile.exists(output_dir) and any(name.startswith("vectors-") for name in tf.io.gfile.listdir(output_dir)):
+        raise CorpusError(f"{output_dir} holds vector shards but no {SETTINGS}; remove it or pass another "
+                          "--output_dir")
+    tf.io.gfile.makedirs(output_dir)
+    write_json_atomically(path, settings)
 
 
 def _first_occurrence(element):
@@ -207,7 +239,8 @@ class EncodeCorpus(beam.PTransform):
         self.num_shards, self.dtype, self.batch_size = num_shards, dtype, batch_size
 
     def expand(self, pipeline):
-        tf.io.gfile.makedirs(self.output_dir)
+        check_settings(self.output_dir, {"files": list(self.files), "model": self.model,
+                                         "num_shards": self.num_shards, "dtype": self.dtype})
         lines = (pipeline
                  | "Files" >> beam.Create([("text", i, path) for i, path in enumerate(self.files)])
                  | "Spread" >> beam.Reshuffle()
@@ -219,17 +252,14 @@ class EncodeCorpus(beam.PTransform):
                      | "Distinct" >> beam.CombinePerKey(min)
                      | "ById" >> beam.KvSwap())
         _ = sentences | StageDone("distinct", "sentences")
-        encoded = (sentences
-                   | "Encode" >> RunInference(KeyedModelHandler(ExportModelHandler(self.model, self.batch_size)))
-                   | "Vector" >> beam.MapTuple(lambda id_, result: (id_, (result.inference, result.example))))
-        _ = encoded | StageDone("encode", "sentences")
         every = pipeline | "EveryShard" >> beam.Create([(i, None) for i in range(self.num_shards)])
-        written = ({"rows": encoded | "ToShard" >> beam.Map(lambda row, n: (row[0] % n, row), self.num_shards),
+        handler = ExportModelHandler(self.model, self.batch_size)
+        written = ({"rows": sentences | "ToShard" >> beam.Map(lambda row, n: (row[0] % n, row), self.num_shards),
                     "shard": every}
                    | "ByShard" >> beam.CoGroupByKey()
                    | "Rows" >> beam.MapTuple(lambda shard, grouped: (shard, list(grouped["rows"])))
-                   | "Write" >> beam.ParDo(WriteVectorShard(self.output_dir, self.num_shards, self.dtype)))
-        _ = written | StageDone("write", "shards")
+                   | "Encode" >> beam.ParDo(EncodeShard(handler, self.output_dir, self.num_shards, self.dtype)))
+        _ = written | StageDone("encode", "shards")
         return (written
                 | "Gather" >> beam.combiners.ToList()
                 | "Manifest" >> beam.ParDo(WriteEncodedManifest(self.output_dir, self.num_shards, self.dtype,
