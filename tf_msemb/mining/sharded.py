@@ -111,22 +111,29 @@ class MiningRun:
             write_atomically(path, lambda partial: faiss.write_index(part, partial))
         return faiss.read_index(path)
 
+    def nearest(self, side, rows):
+        """`(cosines, rows)` `[len(rows), k]` of `side`'s `rows`' k nearest in the other pool: their cells probed
+        once, every shard of the other pool searched and re-scored, the k best kept (building the shard indexes
+        not yet built)."""
+        other, plan = _other(side), self.plans[_other(side)]
+        queries = np.asarray(_rows(self.pools[side], rows), np.float32)
+        cells = approximate.probed_cells(self.trained_index(other), plan, queries)
+        best = None
+        for number, pool_rows in enumerate(self.shards[other]):
+            part = approximate.search_shard(self.shard_index(other, number), plan, queries, cells,
+                                            _rows(self.pools[other], pool_rows), pool_rows, self.k)
+            best = part if best is None else approximate.merge_shards([best, part], self.k)
+        return best
+
     def knn(self, side):
         """`(cosines, rows)` `[n, k]` of every `side` sentence's k nearest in the other pool (step 3)."""
-        other, plan = _other(side), self.plans[_other(side)]
         paths = [self._path(f"knn.{side}.{number:05d}.npz") for number in range(len(self.shards[side]))]
         if not all(os.path.exists(path) for path in paths):
             progress = keras.utils.Progbar(len(self.pools[side]), unit_name="query", verbose=1 if self.verbose else 0)
             for path, rows in zip(paths, self.shards[side]):
                 if not os.path.exists(path):
-                    queries = np.asarray(_rows(self.pools[side], rows), np.float32)
-                    cells = approximate.probed_cells(self.trained_index(other), plan, queries)
-                    parts = []
-                    for number, pool_rows in enumerate(self.shards[other]):
-                        parts.append(approximate.search_shard(self.shard_index(other, number), plan, queries, cells,
-                                                              _rows(self.pools[other], pool_rows), pool_rows, self.k))
-                        parts = [approximate.merge_shards(parts, self.k)]
-                    write_npz_atomically(path, sims=parts[0][0], rows=parts[0][1])
+                    sims, found = self.nearest(side, rows)
+                    write_npz_atomically(path, sims=sims, rows=found)
                 progress.add(len(rows))
         sims = np.full((len(self.pools[side]), self.k), np.nan, np.float32)
         found = np.full((len(self.pools[side]), self.k), -1, np.int64)
