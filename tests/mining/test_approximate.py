@@ -7,7 +7,7 @@ from mining.pools import clustered_pools
 
 
 @pytest.mark.parametrize("size, cells, probes, train_size", [
-    (10_000, 256, 32, 10_000), (1_000_000, 2048, 32, 81_920), (10_000_000, 8192, 64, 327_680)])
+    (10_000, 256, 32, 10_000), (1_000_000, 2048, 32, 81_920), (10_000_000, 2048, 64, 81_920)])
 def test_plan_grows_cells_with_the_square_root_of_the_pool(size, cells, probes, train_size):
     plan = approximate.plan_for(size)
     assert (plan.cells, plan.probes, plan.train_size, plan.codes, plan.candidates) == (

@@ -34,6 +34,7 @@ CODES = ("float16", "int8", "int4", "binary", "pq", "peer")
 SCALAR_CODES = {"float16": "SQfp16", "int8": "SQ8", "int4": "SQ4", "binary": "RaBitQ"}  # faiss' factory names
 CANDIDATES = {"float16": 16, "int8": 16, "int4": 32, "binary": 64, "pq": 128, "peer": 0}
 HNSW_CELLS = 8192  # from this many cells on, a graph over the centroids finds a vector's cells
+MAX_CELLS = 2048  # plan_for's coarsest split of a pool (docs/mining.md: coarse cells keep neighbours)
 QUERY_BLOCK = 4096  # queries searched and re-scored at once
 
 
@@ -79,12 +80,15 @@ def plan_for(pool_size, codes="binary", pq_bytes=48):
     """The `SearchPlan` for a pool of `pool_size` vectors.
 
     Cells grow as the square root of the pool (a power of two near
-    `2 sqrt(n)`: faiss' guidelines and stopes take 4-16 sqrt(n), which
-    on 2 cores would spend longer training the cells than searching them),
-    trained on 40 vectors a cell; probes are the fewest that kept 98 % of
-    exact mining's candidates on the benchmark pools (docs/mining.md).
+    `2 sqrt(n)`), up to `MAX_CELLS`, trained on 40 vectors a cell; probes
+    are the fewest that kept 98 % of exact mining's candidates on the
+    benchmark pools (docs/mining.md). On e5's crowded vectors, coarse
+    cells keep more neighbours than fine ones at the same share of the
+    pool scanned (at 10M, scanning 1/32 of it: 99.1 % of the partners'
+    cells probed with 2,048 cells, 98.7 % with 8,192), so the cells stop
+    growing and the probes grow instead.
     """
-    cells = 2 ** max(4, round(math.log2(2 * math.sqrt(max(pool_size, 1)))))
+    cells = min(MAX_CELLS, 2 ** max(4, round(math.log2(2 * math.sqrt(max(pool_size, 1))))))
     cells = min(cells, max(16, pool_size // 39))
     probes = min(cells, 64 if pool_size >= 3_000_000 else 32)
     return SearchPlan(codes, cells, probes, CANDIDATES[codes], min(pool_size, 40 * cells), pq_bytes)

@@ -21,6 +21,12 @@ giving the same recall without searching every sentence (hours at 10M on 2
 cores); the time of a whole run is then projected as the build time plus
 the measured seconds a query times 2n queries.
 
+`--cell_recall` measures the cells alone: for each `--cell_counts`, the
+share of the sample's exact candidates (at or above the threshold) whose
+partner lies in one of the query's p best cells (p = 16 ... 256), what
+probing loses before any codes do, with cells trained as `train_index`
+trains them.
+
 `--ranking` measures the codes alone instead: over the first
 `--ranking_pool` targets in 64 cells, all probed, how often a source's
 exact k nearest are among its best 16 / 32 / 64 / 128 by code (what
@@ -50,6 +56,8 @@ flags.DEFINE_integer("k", 4, "Neighbours per direction of the margin.")
 flags.DEFINE_integer("shard_size", 1_000_000, "Vectors per index shard and queries per search shard.")
 flags.DEFINE_string("work_dir", None, "Where truths and runs go (default: <pools>/bench).")
 flags.DEFINE_bool("sample_search", False, "Search only the sample and its neighbours; project the run's time.")
+flags.DEFINE_bool("cell_recall", False, "Measure how many exact candidates' partners each cell count probes.")
+flags.DEFINE_multi_integer("cell_counts", [2048], "Cell counts --cell_recall measures.")
 flags.DEFINE_bool("ranking", False, "Measure how well each codes rank (no mining).")
 flags.DEFINE_integer("ranking_pool", 40_000, "Targets the --ranking measurement indexes.")
 flags.DEFINE_string("child", "", "Internal: `truth` or the codes of one row; prints JSON.")
@@ -161,6 +169,40 @@ def sampled_row(run, known, start):
     return result
 
 
+CELL_PROBES = (16, 32, 64, 128, 256)
+
+
+def cell_recall():
+    """For each cell count and direction: the share of exact candidates whose partner is in the query's p best
+    cells, for each p of `CELL_PROBES`."""
+    import faiss
+    import numpy as np
+
+    from tf_msemb.mining import approximate
+    from tf_msemb.mining import synthetic
+
+    x, y, _, manifest = synthetic.read_pools(FLAGS.pools)
+    pools = {"x": x, "y": y}
+    with np.load(os.path.join(_work_dir(), "truth.npz")) as saved:
+        known = dict(saved)
+    print("| n a side | cells | direction | train s | partner's cell among the best " +
+          " / ".join(map(str, CELL_PROBES)) + " probed |\n|---|---|---|---|---|")
+    for cells in FLAGS.cell_counts:
+        for side, other, name in (("x", "y", "forward"), ("y", "x", "backward")):
+            plan = approximate.SearchPlan("float16", cells, cells, 0, min(manifest["size"], 40 * cells))
+            start = time.perf_counter()
+            index = approximate.train_index(plan, approximate.training_sample(pools[other], plan))
+            seconds = time.perf_counter() - start
+            quantizer = faiss.extract_index_ivf(index).quantizer
+            wanted = known[f"{name}_scores"] >= known["threshold"]
+            _, home = quantizer.search(np.asarray(pools[other][known[f"{name}_partners"][wanted]], np.float32), 1)
+            _, probed = quantizer.search(np.asarray(pools[side][known[f"sample_{side}"][wanted]], np.float32),
+                                         min(cells, max(CELL_PROBES)))
+            shares = [np.mean(np.any(probed[:, :p] == home, axis=1)) for p in CELL_PROBES]
+            print(f"| {manifest['size']:,} | {cells:,} | {name} ({int(wanted.sum())}) | {seconds:.0f} | "
+                  + " / ".join(f"{100 * share:.2f}" for share in shares) + " |", flush=True)
+
+
 RANKING_CANDIDATES = (16, 32, 64, 128)
 
 
@@ -208,6 +250,9 @@ def main(argv):
         found = run_json([__file__, *own, "--child=truth"], f"exact candidates at {size}")
         print(f"Exact candidates of {FLAGS.sample} + {FLAGS.sample} sentences in {found['seconds']:.0f} s; threshold "
               f"{found['threshold']:.4f} (F1 {100 * found['f1']:.2f} on {found['gold']} planted pairs)")
+    if FLAGS.cell_recall:
+        cell_recall()
+        return
     if FLAGS.sample_search:
         print("| n a side | codes | cells | probes | re-scored | bytes/vector | build s | ms a query | projected s | "
               "peak RSS MiB (sample) | recall fwd | recall bwd |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
