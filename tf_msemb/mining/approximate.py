@@ -84,9 +84,9 @@ def plan_for(pool_size, codes="binary", pq_bytes=48):
     are the fewest that kept 98 % of exact mining's candidates on the
     benchmark pools (docs/mining.md). On e5's crowded vectors, coarse
     cells keep more neighbours than fine ones at the same share of the
-    pool scanned (at 10M, scanning 1/32 of it: 99.1 % of the partners'
-    cells probed with 2,048 cells, 98.7 % with 8,192), so the cells stop
-    growing and the probes grow instead.
+    pool scanned (at 10M, scanning a 32nd of it, the forward partners'
+    cells are probed 99.6 % of the time with 2,048 cells and 95.6 % with
+    8,192), so the cells stop growing and the probes grow instead.
     """
     cells = min(MAX_CELLS, 2 ** max(4, round(math.log2(2 * math.sqrt(max(pool_size, 1))))))
     cells = min(cells, max(16, pool_size // 39))
