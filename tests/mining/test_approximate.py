@@ -89,3 +89,25 @@ def test_many_cells_are_trained_in_two_levels_and_find_the_neighbours(codes, mon
     _, exact_rows = _exact(x, y, 4)
     # A quarter of the cells probed: cells in another space than the queries' would miss most neighbours.
     assert np.mean(rows == exact_rows) > 0.9
+
+
+def test_float16_cells_are_scored_exactly_by_matrix_products(monkeypatch):
+    x, y, _ = clustered_pools()
+    monkeypatch.setattr(approximate, "MATMUL_BLOCK", 37)  # several blocks, each grouped by cell
+    plan = approximate.SearchPlan("float16", cells=16, probes=3, candidates=0, train_size=1300)
+    index = approximate.train_index(plan, y)
+    approximate.add_vectors(index, y, np.arange(len(y)), chunk_size=500)
+    ivf = approximate.faiss.extract_index_ivf(index)
+    vectors, ids = approximate._cell_vectors(ivf, 5)
+    np.testing.assert_array_equal(vectors, y[ids].astype(np.float32))  # codes are the vectors, not residuals
+    sims, rows = approximate.search(index, plan, x, y, k=4)
+    # The truth: exact k-NN among the vectors of each query's 3 probed cells only.
+    _, home = ivf.quantizer.search(np.asarray(y, np.float32), 1)
+    _, probed = approximate.probed_cells(index, plan, x)
+    scores = x.astype(np.float32) @ y.astype(np.float32).T
+    scores[~(home[:, 0][None, :] == probed[:, :, None]).any(axis=1)] = -np.inf
+    truth = np.argsort(-scores, axis=1, kind="stable")[:, :4]
+    assert np.mean(rows == truth) > 0.999
+    np.testing.assert_allclose(sims, np.take_along_axis(scores, rows, axis=1), atol=1e-6)
+    # Three of 16 cells probed loses neighbours that a search of every cell finds.
+    assert np.mean(rows == _exact(x, y, 4)[1]) < 0.99

@@ -6,7 +6,10 @@ re-scored in float32 from the pool itself (a float16 memmap on disk), so
 the neighbours and cosines mining uses are exact ones, and the codes only
 have to put the true neighbours among the candidates:
 
-- `float16`: the vectors as they are cached (2 bytes a dimension);
+- `float16`: the vectors as they are cached (2 bytes a dimension), each
+  cell scored against all the queries probing it by one matrix product
+  (exact scores: nothing to re-score; many queries share a cell, so this
+  runs at the speed of a matrix product, not of a scan code by code);
 - `int8`, `int4`: a byte or half a byte a dimension (faiss' `SQ8`, `SQ4`);
 - `binary`: one bit a dimension plus two floats of correction (RaBitQ);
 - `pq`: product quantization with 8-bit codes of `pq_bytes` bytes, after a
@@ -32,10 +35,11 @@ import tensorflow as tf
 
 CODES = ("float16", "int8", "int4", "binary", "pq", "peer")
 SCALAR_CODES = {"float16": "SQfp16", "int8": "SQ8", "int4": "SQ4", "binary": "RaBitQ"}  # faiss' factory names
-CANDIDATES = {"float16": 16, "int8": 16, "int4": 32, "binary": 64, "pq": 128, "peer": 0}
+CANDIDATES = {"float16": 0, "int8": 16, "int4": 32, "binary": 64, "pq": 128, "peer": 0}
 HNSW_CELLS = 8192  # from this many cells on, a graph over the centroids finds a vector's cells
 MAX_CELLS = 2048  # plan_for's coarsest split of a pool (docs/mining.md: coarse cells keep neighbours)
 QUERY_BLOCK = 4096  # queries searched and re-scored at once
+MATMUL_BLOCK = 65_536  # queries a `float16` search groups by cell (more queries a cell: larger matrix products)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +113,8 @@ def train_index(plan, sample):
     """
     sample = _float32(sample)
     index = faiss.index_factory(sample.shape[1], plan.factory(sample.shape[1]), faiss.METRIC_INNER_PRODUCT)
+    if plan.codes == "float16":
+        faiss.extract_index_ivf(index).by_residual = False  # the codes are the vectors themselves (`_scan_cells`)
     if plan.cells >= HNSW_CELLS:
         rotated = sample
         if isinstance(index, faiss.IndexPreTransform):
@@ -205,10 +211,45 @@ def search_cells(index, plan, queries, cells, count):
     proposes over the whole pool.
     """
     ivf, queries = _ivf_queries(index, queries)
+    if plan.codes == "float16":
+        return _scan_cells(ivf, queries, cells[1], count)
     ivf.nprobe = plan.probes
     ivf.parallel_mode = 3  # queries spread over threads (the default splits only `search`'s)
     scores, ids = ivf.search_preassigned(queries, count, cells[1], cells[0])
     return np.where(ids < 0, np.nan, scores).astype(np.float32), ids
+
+
+def _cell_vectors(ivf, cell):
+    """The float32 vectors `[size, dim]` and ids `[size]` of `cell` in a `float16` index (codes are vectors)."""
+    size = ivf.invlists.list_size(int(cell))
+    codes = faiss.rev_swig_ptr(ivf.invlists.get_codes(int(cell)), size * ivf.code_size)
+    ids = faiss.rev_swig_ptr(ivf.invlists.get_ids(int(cell)), size)
+    return codes.view(np.float16).reshape(size, ivf.d).astype(np.float32), ids.copy()
+
+
+def _scan_cells(ivf, queries, cells, count):
+    """`search_cells` for `float16` codes: each probed cell's vectors scored against all the queries probing it
+    by one matrix product (faiss' BLAS k-NN), the best `count` of every (query, cell) kept, then of every query.
+
+    The scores are float32 inner products of the vectors themselves, so they
+    are exact cosines and the ranking loses nothing inside the probed cells.
+    """
+    n, probes = cells.shape
+    flat = cells.ravel()
+    order = np.argsort(flat, kind="stable")
+    starts = np.searchsorted(flat[order], np.arange(ivf.nlist + 1))
+    scores = np.full((n * probes, count), np.nan, np.float32)
+    ids = np.full((n * probes, count), -1, np.int64)
+    for cell in np.flatnonzero(np.diff(starts)):
+        vectors, cell_ids = _cell_vectors(ivf, cell)
+        if not len(cell_ids):
+            continue
+        slots = order[starts[cell] : starts[cell + 1]]
+        found = min(count, len(cell_ids))
+        cell_scores, rows = faiss.knn(queries[slots // probes], vectors, found, metric=faiss.METRIC_INNER_PRODUCT)
+        scores[slots, :found] = cell_scores
+        ids[slots, :found] = cell_ids[rows]
+    return best_k(scores.reshape(n, -1), ids.reshape(n, -1), count)
 
 
 def search_shard(index, plan, queries, cells, shard, shard_ids, k):
@@ -222,10 +263,11 @@ def search_shard(index, plan, queries, cells, shard, shard_ids, k):
     shards, every shard proposing its own candidates.
     """
     count = max(k, plan.candidates) if plan.candidates else k
+    step = MATMUL_BLOCK if plan.codes == "float16" else QUERY_BLOCK
     sims, ids = [], []
-    for start in range(0, len(queries), QUERY_BLOCK):
-        block = _float32(queries[start : start + QUERY_BLOCK])
-        scores, found = search_cells(index, plan, block, tuple(c[start : start + QUERY_BLOCK] for c in cells), count)
+    for start in range(0, len(queries), step):
+        block = _float32(queries[start : start + step])
+        scores, found = search_cells(index, plan, block, tuple(c[start : start + step] for c in cells), count)
         if plan.candidates:
             scores = cosines(block, shard, np.where(found < 0, -1, np.searchsorted(shard_ids, found)))
         scores, found = best_k(scores, found, k)
