@@ -7,11 +7,13 @@ from mining.pools import clustered_pools
 
 
 @pytest.mark.parametrize("size, cells, probes, train_size", [
-    (10_000, 256, 32, 10_000), (1_000_000, 2048, 32, 81_920), (10_000_000, 2048, 64, 81_920)])
+    (10_000, 128, 32, 5_120), (1_000_000, 1024, 32, 40_960), (3_000_000, 2048, 64, 81_920),
+    (10_000_000, 2048, 64, 81_920)])
 def test_plan_grows_cells_with_the_square_root_of_the_pool(size, cells, probes, train_size):
     plan = approximate.plan_for(size)
     assert (plan.cells, plan.probes, plan.train_size, plan.codes, plan.candidates) == (
-        cells, probes, train_size, "binary", 64)
+        cells, probes, train_size, "float16", 4)
+    assert approximate.plan_for(size, "binary").candidates == 64
     assert plan.train_size >= min(size, 39 * plan.cells)  # faiss' minimum of training points a cell
     assert approximate.plan_for(size, "int8").candidates == 16
     assert approximate.plan_for(size, "peer").candidates == 0  # stopes scores by its codes

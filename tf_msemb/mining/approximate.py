@@ -8,8 +8,9 @@ have to put the true neighbours among the candidates:
 
 - `float16`: the vectors as they are cached (2 bytes a dimension), each
   cell scored against all the queries probing it by one matrix product
-  (exact scores: nothing to re-score; many queries share a cell, so this
-  runs at the speed of a matrix product, not of a scan code by code);
+  (exact scores; many queries share a cell, so this runs at the speed of
+  a matrix product, not of a scan code by code); the k best are still
+  re-scored, so a cosine never depends on which queries shared a product;
 - `int8`, `int4`: a byte or half a byte a dimension (faiss' `SQ8`, `SQ4`);
 - `binary`: one bit a dimension plus two floats of correction (RaBitQ);
 - `pq`: product quantization with 8-bit codes of `pq_bytes` bytes, after a
@@ -35,7 +36,7 @@ import tensorflow as tf
 
 CODES = ("float16", "int8", "int4", "binary", "pq", "peer")
 SCALAR_CODES = {"float16": "SQfp16", "int8": "SQ8", "int4": "SQ4", "binary": "RaBitQ"}  # faiss' factory names
-CANDIDATES = {"float16": 0, "int8": 16, "int4": 32, "binary": 64, "pq": 128, "peer": 0}
+CANDIDATES = {"float16": 4, "int8": 16, "int4": 32, "binary": 64, "pq": 128, "peer": 0}
 HNSW_CELLS = 8192  # from this many cells on, a graph over the centroids finds a vector's cells
 MAX_CELLS = 2048  # plan_for's coarsest split of a pool (docs/mining.md: coarse cells keep neighbours)
 QUERY_BLOCK = 4096  # queries searched and re-scored at once
@@ -80,21 +81,21 @@ class SearchPlan:
         return f"{quantizer},{SCALAR_CODES[self.codes]}"
 
 
-def plan_for(pool_size, codes="binary", pq_bytes=48):
+def plan_for(pool_size, codes="float16", pq_bytes=48):
     """The `SearchPlan` for a pool of `pool_size` vectors.
 
-    Cells grow as the square root of the pool (a power of two near
-    `2 sqrt(n)`), up to `MAX_CELLS`, trained on 40 vectors a cell; probes
-    are the fewest that kept 98 % of exact mining's candidates on the
-    benchmark pools (docs/mining.md). On e5's crowded vectors, coarse
-    cells keep more neighbours than fine ones at the same share of the
-    pool scanned (at 10M, scanning a 32nd of it, the forward partners'
-    cells are probed 99.6 % of the time with 2,048 cells and 95.6 % with
-    8,192), so the cells stop growing and the probes grow instead.
+    Cells are a power of two near `sqrt(n)`, up to `MAX_CELLS`, trained on
+    40 vectors a cell; a query probes a 32nd of them (at least 32). On e5's
+    crowded vectors coarse cells keep more neighbours than fine ones at the
+    same share of the pool scanned, and a 32nd is the share that kept 98 %
+    of the exact candidates' partners in both directions at 1M (1,024
+    cells: 98.7 / 99.7 %, where 2,048 cells and 32 probes kept 94.8 % of
+    the forward ones) and at 10M (2,048 cells: 99.6 / 100 %; 8,192 cells
+    and 64 probes kept 93.9 %); docs/mining.md.
     """
-    cells = min(MAX_CELLS, 2 ** max(4, round(math.log2(2 * math.sqrt(max(pool_size, 1))))))
+    cells = min(MAX_CELLS, 2 ** max(4, round(math.log2(math.sqrt(max(pool_size, 1))))))
     cells = min(cells, max(16, pool_size // 39))
-    probes = min(cells, 64 if pool_size >= 3_000_000 else 32)
+    probes = min(cells, max(32, cells // 32))
     return SearchPlan(codes, cells, probes, CANDIDATES[codes], min(pool_size, 40 * cells), pq_bytes)
 
 
