@@ -19,7 +19,9 @@ ways, margins and max selection.
 only the sampled sentences and their neighbours (what their margins need),
 giving the same recall without searching every sentence (hours at 10M on 2
 cores); the time of a whole run is then projected as the build time plus
-the measured seconds a query times 2n queries.
+the measured seconds a query times 2n queries (an upper bound for
+`float16`, whose cells are scored by matrix products shared by the queries
+visiting them: a sample's few queries share little).
 
 `--cell_recall` measures the cells alone: for each `--cell_counts`, the
 share of the sample's exact candidates (at or above the threshold) whose
