@@ -69,6 +69,11 @@ class SearchPlan:
         if self.probes > self.cells:
             raise ValueError(f"probes={self.probes} exceeds cells={self.cells}.")
 
+    @property
+    def by_matmul(self):
+        """Whether cells are scored by matrix products over the vectors themselves (`_scan_cells`), not by codes."""
+        return self.codes == "float16"
+
     def factory(self, dim):
         """The faiss `index_factory` string of this plan for `dim`-dimensional vectors."""
         quantizer = f"IVF{self.cells}" + ("_HNSW32" if self.cells >= HNSW_CELLS else "")
@@ -114,7 +119,7 @@ def train_index(plan, sample):
     """
     sample = _float32(sample)
     index = faiss.index_factory(sample.shape[1], plan.factory(sample.shape[1]), faiss.METRIC_INNER_PRODUCT)
-    if plan.codes == "float16":
+    if plan.by_matmul:
         faiss.extract_index_ivf(index).by_residual = False  # the codes are the vectors themselves (`_scan_cells`)
     if plan.cells >= HNSW_CELLS:
         rotated = sample
@@ -212,7 +217,7 @@ def search_cells(index, plan, queries, cells, count):
     proposes over the whole pool.
     """
     ivf, queries = _ivf_queries(index, queries)
-    if plan.codes == "float16":
+    if plan.by_matmul:
         return _scan_cells(ivf, queries, cells[1], count)
     ivf.nprobe = plan.probes
     ivf.parallel_mode = 3  # queries spread over threads (the default splits only `search`'s)
@@ -264,7 +269,7 @@ def search_shard(index, plan, queries, cells, shard, shard_ids, k):
     shards, every shard proposing its own candidates.
     """
     count = max(k, plan.candidates) if plan.candidates else k
-    step = MATMUL_BLOCK if plan.codes == "float16" else QUERY_BLOCK
+    step = MATMUL_BLOCK if plan.by_matmul else QUERY_BLOCK
     sims, ids = [], []
     for start in range(0, len(queries), step):
         block = _float32(queries[start : start + step])
