@@ -72,3 +72,66 @@ def test_width_mismatch_can_be_refused(tokenizer):
         md.MultilingualDistillation(student, teacher_dim=384, projection="error")
     with pytest.raises(ValueError, match="needs a live `teacher`"):
         md.MultilingualDistillation(student)
+
+
+def _ranked(vocabulary_size, ranking_weight, optimizer=None):
+    keras.utils.set_random_seed(3)
+    student = SentenceEncoder(vocabulary_size, **{**TINY, "hidden_dim": 8, "dropout": 0.0})
+    model = md.MultilingualDistillation(student, teacher_dim=8, ranking_weight=ranking_weight, ranking_margin=0.3)
+    return _compile(model) if optimizer is None else _compile_with(model, optimizer)
+
+
+def _compile_with(model, optimizer):
+    model.build()
+    model.compile(optimizer=optimizer)
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def _ranked_batch(rng, vocabulary_size, size=6):
+    from objectives.replica_check import random_tokens
+
+    teacher = rng.normal(size=(size, 8)).astype(np.float32)
+    teacher[3] = teacher[0]  # one English source paired with two languages in the batch
+    return {"src": random_tokens(rng, (size, 7), vocabulary_size), "tgt": random_tokens(rng, (size, 7), vocabulary_size),
+            "teacher": teacher}
+
+
+def test_teacher_ranking_is_added_on_the_translations_against_the_batchs_teacher_vectors(tokenizer):
+    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.5)
+    batch = _ranked_batch(np.random.default_rng(4), tokenizer.vocabulary_size)
+    s, t = model.encoder(batch["src"]).numpy(), model.encoder(batch["tgt"]).numpy()
+    teacher = batch["teacher"]
+    mse = np.mean(np.sum((teacher - s) ** 2, 1)) + np.mean(np.sum((teacher - t) ** 2, 1))
+    q = t / np.linalg.norm(t, axis=1, keepdims=True)
+    c = teacher / np.linalg.norm(teacher, axis=1, keepdims=True)
+    ranking = []
+    for i in range(len(q)):
+        logits = 20.0 * (q[i] @ c.T)
+        logits[i] -= 20.0 * 0.3
+        kept = [j for j in range(len(c)) if j == i or not np.allclose(c[j], c[i])]
+        ranking.append(np.log(np.sum(np.exp(logits[kept]))) - logits[i])
+    logs = model.train_step(batch)
+    assert float(logs["ranking"]) == pytest.approx(np.mean(ranking), rel=1e-4)
+    assert float(logs["loss"]) == pytest.approx(mse + 0.5 * np.mean(ranking), rel=1e-4)
+    # Ranked against the student's own English vectors instead, the figure would differ.
+    own = s / np.linalg.norm(s, axis=1, keepdims=True)
+    assert float(logs["ranking"]) != pytest.approx(
+        np.mean([np.log(np.sum(np.exp(20.0 * (q[i] @ own.T) - 6.0 * np.eye(len(q))[i]))) - 20.0 * (q[i] @ own[i] - 0.3)
+                 for i in range(len(q))]), rel=1e-2)
+
+
+def test_without_ranking_the_step_is_seed_001s(tokenizer):
+    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.0)
+    logs = model.train_step(_ranked_batch(np.random.default_rng(4), tokenizer.vocabulary_size))
+    assert sorted(logs) == ["loss", "mse_src", "mse_tgt"]
+
+
+@pytest.mark.slow
+def test_teacher_ranking_on_two_replicas_equals_one_replica_with_the_full_batch(tokenizer, two_device_strategy):
+    from objectives.replica_check import assert_two_replicas_match_one
+
+    batch = _ranked_batch(np.random.default_rng(5), tokenizer.vocabulary_size, size=8)
+    batch["teacher"][5] = batch["teacher"][1]  # a duplicate across the two replicas' halves
+    assert_two_replicas_match_one(
+        lambda: _ranked(tokenizer.vocabulary_size, 1.0, keras.optimizers.SGD(1.0)), batch, two_device_strategy)

@@ -6,6 +6,8 @@ vectors is the EMA-teacher loss of seed 000 (Sec. 5.2, Eq. 1).
 
 from keras import ops
 
+from tf_msemb.losses.translation_ranking import in_batch_softmax_loss
+
 
 def distillation_mse(target, prediction, reduction="sum"):
     """The squared error between student and teacher vectors.
@@ -33,3 +35,30 @@ def multilingual_distillation_loss(teacher_src, student_src, student_tgt):
     src = distillation_mse(teacher_src, student_src)
     tgt = distillation_mse(teacher_src, student_tgt)
     return src + tgt, src, tgt
+
+
+def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, margin=0.0):
+    """Each translation's student vector ranks its source's teacher vector first among the batch's teacher vectors.
+
+    Seed 004's additive margin softmax (Eq. 7, `x -> y`) with cosines, but the
+    candidates are the fixed teacher vectors of the batch's sources (gathered
+    over replicas) instead of the student's own: only the translation side
+    moves, and English, held by the MSE to the same vectors, is never pulled
+    apart. A candidate whose teacher vector equals the positive's (the same
+    English sentence paired with another language in the batch) is left out:
+    it is the same target, not a negative.
+
+    Args:
+        student_tgt: `[b, d]` student vectors of the translations (queries).
+        teacher_candidates: `[n, d]` teacher vectors of the sources, `n >= b`.
+        labels: int `[b]`, each query's own source in `teacher_candidates`.
+        scale: logits are `scale * cosine`.
+        margin: subtracted from the positive's cosine before scaling.
+    """
+    queries = ops.normalize(ops.cast(student_tgt, "float32"), axis=-1)
+    candidates = ops.stop_gradient(ops.normalize(ops.cast(teacher_candidates, "float32"), axis=-1))
+    positives = ops.take(candidates, labels, axis=0)
+    same = ops.matmul(positives, ops.transpose(candidates)) >= 1.0 - 1e-6
+    own = ops.cast(ops.one_hot(labels, ops.shape(candidates)[0]), "bool")
+    return in_batch_softmax_loss(queries, candidates, labels, scale, margin,
+                                 candidate_mask=ops.logical_or(own, ops.logical_not(same)))

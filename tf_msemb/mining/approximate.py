@@ -95,8 +95,9 @@ def plan_for(pool_size, codes="float16", pq_bytes=48):
     same share of the pool scanned, and a 32nd is the share that kept 98 %
     of the exact candidates' partners in both directions at 1M (1,024
     cells: 98.7 / 99.7 %, where 2,048 cells and 32 probes kept 94.8 % of
-    the forward ones) and at 10M (2,048 cells: 99.6 / 100 %; 8,192 cells
-    and 64 probes kept 93.9 %); docs/mining.md.
+    the forward ones) and at 10M (2,048 cells and 64 probes: 99.6 / 99.3 %;
+    on an earlier draw of the pools 8,192 cells and 64 probes kept 93.9 % of
+    the forward ones); docs/mining.md.
     """
     cells = min(MAX_CELLS, 2 ** max(4, round(math.log2(math.sqrt(max(pool_size, 1))))))
     cells = min(cells, max(16, pool_size // 39))

@@ -7,15 +7,18 @@ import tensorflow as tf
 from tf_msemb.data.features import TeacherTokens
 from tf_msemb.data.features import TeacherVectors
 from tf_msemb.losses.distillation import multilingual_distillation_loss
+from tf_msemb.losses.distillation import teacher_ranking_loss
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.teacher import load_teacher
 from tf_msemb.objectives.base import Objective
+from tf_msemb.objectives.cross_replica import gather_candidates
 
 
 @gin.configurable(denylist=["encoder"])
 class MultilingualDistillation(Objective):
-    """Student S learns `S(s) ~ T(s)` and `S(t) ~ T(s)` for translation pairs (s, t).
+    """Student S learns `S(s) ~ T(s)` and `S(t) ~ T(s)` for translation pairs (s, t); optionally S(t) also ranks
+    T(s) first among the teacher vectors of every source in the batch (`teacher_ranking_loss`).
 
     Batches hold `src`/`tgt` student tokens and either `teacher` (vectors
     precomputed into the TFRecords, `tools/precompute_teacher.py`) or
@@ -30,9 +33,16 @@ class MultilingualDistillation(Objective):
             vectors take theirs from `tools/precompute_teacher.py --prompt`.
         projection: `"dense"` adds a learned projection when the student's
             width differs from the teacher's; `"error"` refuses instead.
+        ranking_weight: w in `L = L_mse + w L_rank` (0: seed 001's loss alone). The
+            MSE holds each translation near its source's teacher vector; the
+            ranking separates it from the other sources' (gathered across
+            replicas), which margin mining needs, without moving English.
+        ranking_scale, ranking_margin: `L_rank`'s cosine scale and additive
+            margin (seed 004 Eq. 7's m).
     """
 
-    def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", teacher_prompt=None, **kwargs):
+    def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", teacher_prompt=None,
+                 ranking_weight=0.0, ranking_scale=20.0, ranking_margin=0.3, **kwargs):
         super().__init__(encoder, **kwargs)
         if teacher is None and teacher_dim is None:
             raise ValueError(
@@ -55,7 +65,10 @@ class MultilingualDistillation(Objective):
                 )
             encoder = ProjectedEncoder(encoder, teacher_dim, name="projected_student")
         self.encoder = encoder
-        self.add_trackers("loss", "mse_src", "mse_tgt")
+        self.ranking_weight = ranking_weight
+        self.ranking_scale = ranking_scale
+        self.ranking_margin = ranking_margin
+        self.add_trackers("loss", "mse_src", "mse_tgt", *(["ranking"] if ranking_weight else []))
 
     @property
     def input_features(self):
@@ -79,9 +92,15 @@ class MultilingualDistillation(Objective):
             student_src = self.encoder(data["src"], training=True)
             student_tgt = self.encoder(data["tgt"], training=True)
             loss, src, tgt = multilingual_distillation_loss(target, student_src, student_tgt)
+            parts = {"mse_src": src, "mse_tgt": tgt}
+            if self.ranking_weight:
+                (candidates,), labels = gather_candidates(target)
+                parts["ranking"] = teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale,
+                                                        self.ranking_margin)
+                loss = loss + self.ranking_weight * parts["ranking"]
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
-        return self.report(loss=loss, mse_src=src, mse_tgt=tgt)
+        return self.report(loss=loss, **parts)
 
     def get_config(self):
         config = super().get_config()
