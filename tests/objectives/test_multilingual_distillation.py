@@ -74,10 +74,11 @@ def test_width_mismatch_can_be_refused(tokenizer):
         md.MultilingualDistillation(student)
 
 
-def _ranked(vocabulary_size, ranking_weight, optimizer=None):
+def _ranked(vocabulary_size, ranking_weight, optimizer=None, queue=0):
     keras.utils.set_random_seed(3)
     student = SentenceEncoder(vocabulary_size, **{**TINY, "hidden_dim": 8, "dropout": 0.0})
-    model = md.MultilingualDistillation(student, teacher_dim=8, ranking_weight=ranking_weight, ranking_margin=0.3)
+    model = md.MultilingualDistillation(student, teacher_dim=8, ranking_weight=ranking_weight, ranking_margin=0.3,
+                                        ranking_queue_size=queue)
     return _compile(model) if optimizer is None else _compile_with(model, optimizer)
 
 
@@ -104,21 +105,57 @@ def test_teacher_ranking_is_added_on_the_translations_against_the_batchs_teacher
     teacher = batch["teacher"]
     mse = np.mean(np.sum((teacher - s) ** 2, 1)) + np.mean(np.sum((teacher - t) ** 2, 1))
     q = t / np.linalg.norm(t, axis=1, keepdims=True)
-    c = teacher / np.linalg.norm(teacher, axis=1, keepdims=True)
-    ranking = []
-    for i in range(len(q)):
-        logits = 20.0 * (q[i] @ c.T)
-        logits[i] -= 20.0 * 0.3
-        kept = [j for j in range(len(c)) if j == i or not np.allclose(c[j], c[i])]
-        ranking.append(np.log(np.sum(np.exp(logits[kept]))) - logits[i])
+    ranking = _numpy_ranking(q, teacher)
     logs = model.train_step(batch)
-    assert float(logs["ranking"]) == pytest.approx(np.mean(ranking), rel=1e-4)
-    assert float(logs["loss"]) == pytest.approx(mse + 0.5 * np.mean(ranking), rel=1e-4)
+    assert float(logs["ranking"]) == pytest.approx(ranking, rel=1e-4)
+    assert float(logs["loss"]) == pytest.approx(mse + 0.5 * ranking, rel=1e-4)
     # Ranked against the student's own English vectors instead, the figure would differ.
     own = s / np.linalg.norm(s, axis=1, keepdims=True)
     assert float(logs["ranking"]) != pytest.approx(
         np.mean([np.log(np.sum(np.exp(20.0 * (q[i] @ own.T) - 6.0 * np.eye(len(q))[i]))) - 20.0 * (q[i] @ own[i] - 0.3)
                  for i in range(len(q))]), rel=1e-2)
+
+
+def _numpy_ranking(queries, candidates):
+    """Seed 004's AMS (scale 20, margin 0.3) of unit `queries` against `candidates` (query i's positive: row i),
+    a candidate equal to the positive left out."""
+    c = candidates / np.linalg.norm(candidates, axis=1, keepdims=True)
+    losses = []
+    for i in range(len(queries)):
+        logits = 20.0 * (queries[i] @ c.T)
+        logits[i] -= 20.0 * 0.3
+        kept = [j for j in range(len(c)) if j == i or not np.allclose(c[j], c[i])]
+        losses.append(np.log(np.sum(np.exp(logits[kept]))) - logits[i])
+    return np.mean(losses)
+
+
+def test_the_queue_adds_earlier_batches_teacher_vectors_as_candidates(tokenizer):
+    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.5, optimizer=keras.optimizers.SGD(0.0), queue=10)
+    rng = np.random.default_rng(6)
+    first, second = _ranked_batch(rng, tokenizer.vocabulary_size), _ranked_batch(rng, tokenizer.vocabulary_size)
+    second["teacher"][5] = first["teacher"][2]  # a source seen one batch ago is the same target, not a negative
+    unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)
+    # An empty queue adds nothing (its unfilled slots are left out).
+    logs = model.train_step(first)
+    assert float(logs["ranking"]) == pytest.approx(
+        _numpy_ranking(unit(model.encoder(first["tgt"]).numpy()), first["teacher"]), rel=1e-4)
+    assert int(model.queue_filled.numpy()) == 6
+    model.reset_metrics()  # the step reports running means
+    logs = model.train_step(second)
+    q = unit(model.encoder(second["tgt"]).numpy())
+    expected = _numpy_ranking(q, np.concatenate([second["teacher"], first["teacher"]]))
+    assert float(logs["ranking"]) == pytest.approx(expected, rel=1e-4)
+    assert float(logs["ranking"]) != pytest.approx(_numpy_ranking(q, second["teacher"]), rel=1e-3)
+    # FIFO: 10 slots hold the second batch and the last four rows of the first.
+    assert int(model.queue_filled.numpy()) == 10 and int(model.queue_pointer.numpy()) == 2
+    np.testing.assert_allclose(model.ranking_queue.numpy()[:2], second["teacher"][4:])
+    np.testing.assert_allclose(model.ranking_queue.numpy()[6:], second["teacher"][:4])
+
+
+def test_a_queue_without_ranking_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="ranking_queue_size = 8 needs a ranking_weight"):
+        md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **TINY), teacher_dim=16,
+                                    ranking_queue_size=8)
 
 
 def test_without_ranking_the_step_is_seed_001s(tokenizer):
@@ -134,4 +171,5 @@ def test_teacher_ranking_on_two_replicas_equals_one_replica_with_the_full_batch(
     batch = _ranked_batch(np.random.default_rng(5), tokenizer.vocabulary_size, size=8)
     batch["teacher"][5] = batch["teacher"][1]  # a duplicate across the two replicas' halves
     assert_two_replicas_match_one(
-        lambda: _ranked(tokenizer.vocabulary_size, 1.0, keras.optimizers.SGD(1.0)), batch, two_device_strategy)
+        lambda: _ranked(tokenizer.vocabulary_size, 1.0, keras.optimizers.SGD(0.1), queue=12), batch,
+        two_device_strategy, steps=2)

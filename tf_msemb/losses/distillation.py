@@ -37,7 +37,7 @@ def multilingual_distillation_loss(teacher_src, student_src, student_tgt):
     return src + tgt, src, tgt
 
 
-def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, margin=0.0):
+def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, margin=0.0, candidate_valid=None):
     """Each translation's student vector ranks its source's teacher vector first among the batch's teacher vectors.
 
     Seed 004's additive margin softmax (Eq. 7, `x -> y`) with cosines, but the
@@ -54,11 +54,15 @@ def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, ma
         labels: int `[b]`, each query's own source in `teacher_candidates`.
         scale: logits are `scale * cosine`.
         margin: subtracted from the positive's cosine before scaling.
+        candidate_valid: optional bool `[n]`; False candidates (unfilled queue
+            slots) are left out.
     """
     queries = ops.normalize(ops.cast(student_tgt, "float32"), axis=-1)
     candidates = ops.stop_gradient(ops.normalize(ops.cast(teacher_candidates, "float32"), axis=-1))
     positives = ops.take(candidates, labels, axis=0)
     same = ops.matmul(positives, ops.transpose(candidates)) >= 1.0 - 1e-6
     own = ops.cast(ops.one_hot(labels, ops.shape(candidates)[0]), "bool")
-    return in_batch_softmax_loss(queries, candidates, labels, scale, margin,
-                                 candidate_mask=ops.logical_or(own, ops.logical_not(same)))
+    kept = ops.logical_or(own, ops.logical_not(same))
+    if candidate_valid is not None:
+        kept = ops.logical_and(kept, ops.cast(candidate_valid, "bool")[None, :])
+    return in_batch_softmax_loss(queries, candidates, labels, scale, margin, candidate_mask=kept)

@@ -39,10 +39,14 @@ class MultilingualDistillation(Objective):
             replicas), which margin mining needs, without moving English.
         ranking_scale, ranking_margin: `L_rank`'s cosine scale and additive
             margin (seed 004 Eq. 7's m).
+        ranking_queue_size: teacher vectors of earlier batches' sources kept
+            as extra candidates (0: the batch's alone). Teacher vectors are
+            fixed, so unlike seed 002's momentum keys they never go stale; a
+            large queue holds near-miss sentences that a batch rarely does.
     """
 
     def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", teacher_prompt=None,
-                 ranking_weight=0.0, ranking_scale=20.0, ranking_margin=0.3, **kwargs):
+                 ranking_weight=0.0, ranking_scale=20.0, ranking_margin=0.3, ranking_queue_size=0, **kwargs):
         super().__init__(encoder, **kwargs)
         if teacher is None and teacher_dim is None:
             raise ValueError(
@@ -68,6 +72,16 @@ class MultilingualDistillation(Objective):
         self.ranking_weight = ranking_weight
         self.ranking_scale = ranking_scale
         self.ranking_margin = ranking_margin
+        self.ranking_queue_size = ranking_queue_size
+        if ranking_queue_size and not ranking_weight:
+            raise ValueError(f"MultilingualDistillation.ranking_queue_size = {ranking_queue_size} needs a "
+                             "ranking_weight > 0: the queue only holds candidates for the ranking loss.")
+        if ranking_queue_size:
+            state = dict(trainable=False, aggregation="only_first_replica")
+            self.ranking_queue = keras.Variable("zeros", shape=(ranking_queue_size, teacher_dim), dtype="float32",
+                                                name="ranking_queue", **state)
+            self.queue_pointer = keras.Variable(0, dtype="int32", name="queue_pointer", **state)
+            self.queue_filled = keras.Variable(0, dtype="int32", name="queue_filled", **state)
         self.add_trackers("loss", "mse_src", "mse_tgt", *(["ranking"] if ranking_weight else []))
 
     @property
@@ -95,12 +109,31 @@ class MultilingualDistillation(Objective):
             parts = {"mse_src": src, "mse_tgt": tgt}
             if self.ranking_weight:
                 (candidates,), labels = gather_candidates(target)
-                parts["ranking"] = teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale,
-                                                        self.ranking_margin)
+                parts["ranking"] = self._ranking_loss(student_tgt, candidates, labels)
                 loss = loss + self.ranking_weight * parts["ranking"]
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
+        if self.ranking_queue_size:
+            self._enqueue(candidates)
         return self.report(loss=loss, **parts)
+
+    def _ranking_loss(self, student_tgt, candidates, labels):
+        """`teacher_ranking_loss` against the batch's teacher vectors, then the queue's filled slots."""
+        if not self.ranking_queue_size:
+            return teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale, self.ranking_margin)
+        valid = tf.concat([tf.ones([tf.shape(candidates)[0]], tf.bool),
+                           tf.range(self.ranking_queue_size) < self.queue_filled.value], axis=0)
+        candidates = tf.concat([tf.cast(candidates, tf.float32), self.ranking_queue.value], axis=0)
+        return teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale, self.ranking_margin, valid)
+
+    def _enqueue(self, vectors):
+        """Writes the newest `min(n, K)` teacher vectors over the oldest entries (FIFO)."""
+        vectors = tf.cast(vectors[-self.ranking_queue_size :], tf.float32)
+        count = tf.shape(vectors)[0]
+        positions = (self.queue_pointer.value + tf.range(count)) % self.ranking_queue_size
+        self.ranking_queue.value.scatter_update(tf.IndexedSlices(vectors, positions))
+        self.queue_pointer.assign((self.queue_pointer.value + count) % self.ranking_queue_size)
+        self.queue_filled.assign(tf.minimum(self.queue_filled.value + count, self.ranking_queue_size))
 
     def get_config(self):
         config = super().get_config()
