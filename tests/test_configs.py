@@ -146,6 +146,22 @@ def test_bide_ams_e5small_on_negatives_mined_by_its_start(tmp_path, quickstart_r
     assert "step 3/3 loss" in out and "accuracy" in out and "dev/xsts mean" in out
 
 
+def test_distill_ranked_e5small_ranks_translations_against_the_teacher_vectors(tmp_path, quickstart_records):
+    """Seed 001 with seed 004's ranking against the teacher's vectors (configs/distill_ranked_e5small.gin) on the
+    teacher vectors of a tiny start of e5's layout: the ranking loss logged beside the MSE, every dev part run."""
+    from pretrained_checkpoints import e5_like
+
+    start = e5_like(tmp_path / "e5")
+    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}",
+         f"--manifest={quickstart_records}", "--output_dir=teacher"], tmp_path)
+    out = train("distill_ranked_e5small.gin", tmp_path / "ranked", f"START = '{start}'",
+                f"make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']",
+                "MultilingualDistillation.teacher_dim = 32")
+    last = next(line for line in out.splitlines() if line.startswith("step 3/3 "))
+    assert " ranking " in last and " mse_tgt " in last
+    assert "dev/mining f1" in out and "dev/tatoeba" in out
+
+
 def test_distill_rank_e5small_trains_both_tasks_on_their_own_inputs(tmp_path, quickstart_records):
     """Seed 001 and seed 004 summed (configs/distill_rank_e5small.gin) with both preparations: the start's teacher
     vectors for the distillation task, its mined negatives for the ranking task (nested widths cut to the tiny
