@@ -84,14 +84,21 @@ def test_contrastive_recipes_on_a_vocabulary_with_language_tokens(tmp_path, spm_
     assert (tmp_path / "model" / "export" / "final" / "saved_model.pb").exists()
 
 
-def test_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
-    """The recipe's own preparation (teacher vectors of the start) and training, START bound to a tiny checkpoint
-    of multilingual-e5-small's layout (its prompts unused, as the recipe says)."""
+def _e5_start_with_teacher_vectors(tmp_path, records):
+    """A tiny checkpoint of multilingual-e5-small's layout and its own vectors of `records`' sources in
+    `tmp_path/teacher` (the distillation recipes' preparation); returns the checkpoint's path."""
     from pretrained_checkpoints import e5_like
 
     start = e5_like(tmp_path / "e5")
-    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}",
-         f"--manifest={quickstart_records}", "--output_dir=teacher"], tmp_path)
+    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}", f"--manifest={records}",
+         "--output_dir=teacher"], tmp_path)
+    return start
+
+
+def test_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
+    """The recipe's own preparation (teacher vectors of the start) and training, START bound to a tiny checkpoint
+    of multilingual-e5-small's layout (its prompts unused, as the recipe says)."""
+    start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
     out = train("distill_e5small.gin", tmp_path / "distill", f"START = '{start}'",
                 f"make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']",
                 "MultilingualDistillation.teacher_dim = 32")
@@ -149,11 +156,7 @@ def test_bide_ams_e5small_on_negatives_mined_by_its_start(tmp_path, quickstart_r
 def test_distill_ranked_e5small_ranks_translations_against_the_teacher_vectors(tmp_path, quickstart_records):
     """Seed 001 with seed 004's ranking against the teacher's vectors (configs/distill_ranked_e5small.gin) on the
     teacher vectors of a tiny start of e5's layout: the ranking loss logged beside the MSE, every dev part run."""
-    from pretrained_checkpoints import e5_like
-
-    start = e5_like(tmp_path / "e5")
-    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}",
-         f"--manifest={quickstart_records}", "--output_dir=teacher"], tmp_path)
+    start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
     out = train("distill_ranked_e5small.gin", tmp_path / "ranked", f"START = '{start}'",
                 f"make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']",
                 "MultilingualDistillation.teacher_dim = 32")
@@ -166,11 +169,7 @@ def test_distill_rank_e5small_trains_both_tasks_on_their_own_inputs(tmp_path, qu
     """Seed 001 and seed 004 summed (configs/distill_rank_e5small.gin) with both preparations: the start's teacher
     vectors for the distillation task, its mined negatives for the ranking task (nested widths cut to the tiny
     start's 32); each task's loss logged apart, and the export's metadata names both."""
-    from pretrained_checkpoints import e5_like
-
-    start = e5_like(tmp_path / "e5")
-    run([f"{REPO}/tools/precompute_teacher.py", f"--teacher={start}",
-         f"--manifest={quickstart_records}", "--output_dir=teacher"], tmp_path)
+    start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
     run([f"{REPO}/tools/export_pretrained.py", f"--model={start}", "--output=start_export", "--prompt="], tmp_path)
     run([f"{REPO}/tools/mine_hard_negatives.py", "--model=start_export", f"--corpus={quickstart_records}",
          "--output_dir=hard", "--prefix=qs_hard", "--num_negatives=5"], tmp_path)
