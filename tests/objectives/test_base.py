@@ -71,11 +71,14 @@ def test_options_hold_the_values_gin_binds(clean_gin):
     import gin
 
     gin.parse_config("MultilingualDistillation.teacher_dim = 24\nMultilingualDistillation.projection = 'error'\n"
-                     "MultilingualDistillation.teacher_prompt = 'query: '\nD = 24\nTranslationRanking.scale = %D")
+                     "MultilingualDistillation.teacher_prompt = 'query: '\nMultilingualDistillation.ranking_weight = 0.05\n"
+                     "D = 24\nTranslationRanking.scale = %D")
     encoder = SentenceEncoder(vocabulary_size=40, max_sequence_length=8, hidden_dim=24, num_layers=1, num_heads=2,
                               intermediate_dim=16)
     assert MultilingualDistillation(encoder).options == {"teacher": None, "teacher_dim": 24, "projection": "error",
-                                                        "teacher_prompt": "query: "}
+                                                        "teacher_prompt": "query: ", "ranking_weight": 0.05,
+                                                        "ranking_scale": 20.0, "ranking_margin": 0.3,
+                                                        "ranking_queue_size": 0}
     assert MultilingualDistillation(encoder, teacher_dim=24, projection="dense").options["projection"] == "dense"
     assert TranslationRanking(encoder).options["scale"] == 24
 
