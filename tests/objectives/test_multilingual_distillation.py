@@ -74,11 +74,11 @@ def test_width_mismatch_can_be_refused(tokenizer):
         md.MultilingualDistillation(student)
 
 
-def _ranked(vocabulary_size, ranking_weight, optimizer=None, queue=0):
+def _ranked(vocabulary_size, ranking_weight, optimizer=None, queue=0, negatives=0):
     keras.utils.set_random_seed(3)
     student = SentenceEncoder(vocabulary_size, **{**TINY, "hidden_dim": 8, "dropout": 0.0})
     model = md.MultilingualDistillation(student, teacher_dim=8, ranking_weight=ranking_weight, ranking_margin=0.3,
-                                        ranking_queue_size=queue)
+                                        ranking_queue_size=queue, ranking_hard_negatives=negatives)
     return _compile(model) if optimizer is None else _compile_with(model, optimizer)
 
 
@@ -89,13 +89,17 @@ def _compile_with(model, optimizer):
     return model
 
 
-def _ranked_batch(rng, vocabulary_size, size=6):
+def _ranked_batch(rng, vocabulary_size, size=6, negatives=0):
     from objectives.replica_check import random_tokens
 
     teacher = rng.normal(size=(size, 8)).astype(np.float32)
     teacher[3] = teacher[0]  # one English source paired with two languages in the batch
-    return {"src": random_tokens(rng, (size, 7), vocabulary_size), "tgt": random_tokens(rng, (size, 7), vocabulary_size),
-            "teacher": teacher}
+    batch = {"src": random_tokens(rng, (size, 7), vocabulary_size),
+             "tgt": random_tokens(rng, (size, 7), vocabulary_size), "teacher": teacher}
+    if negatives:
+        batch["teacher_negatives"] = rng.normal(size=(size, negatives, 8)).astype(np.float32)
+        batch["teacher_negatives"][1, 0] = teacher[2]  # one pair's negative is another pair's source
+    return batch
 
 
 def test_teacher_ranking_is_added_on_the_translations_against_the_batchs_teacher_vectors(tokenizer):
@@ -152,6 +156,37 @@ def test_the_queue_adds_earlier_batches_teacher_vectors_as_candidates(tokenizer)
     np.testing.assert_allclose(model.ranking_queue.numpy()[6:], second["teacher"][:4])
 
 
+def test_teacher_negatives_join_every_translations_candidates(tokenizer):
+    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.5, optimizer=keras.optimizers.SGD(0.0), negatives=2)
+    assert [(type(f).__name__, getattr(f, "count", None)) for f in model.input_features] == [
+        ("TeacherVectors", None), ("TeacherNegatives", 2)]
+    batch = _ranked_batch(np.random.default_rng(8), tokenizer.vocabulary_size, negatives=2)
+    t = model.encoder(batch["tgt"]).numpy()
+    q = t / np.linalg.norm(t, axis=1, keepdims=True)
+    negatives = batch["teacher_negatives"].reshape(-1, 8)
+    logs = model.train_step(batch)
+    # Every pair's negatives are candidates of every translation; pair 1's negative equal to pair 2's source is
+    # the same target for translation 2, left out there.
+    assert float(logs["ranking"]) == pytest.approx(_numpy_ranking(q, np.concatenate([batch["teacher"], negatives])),
+                                                   rel=1e-4)
+    assert float(logs["ranking"]) != pytest.approx(_numpy_ranking(q, batch["teacher"]), rel=1e-3)
+    own = np.mean([_numpy_ranking(q[i : i + 1], np.concatenate([batch["teacher"][[i]], batch["teacher"][:i],
+                                                                 batch["teacher"][i + 1 :],
+                                                                 batch["teacher_negatives"][i]]))
+                   for i in range(len(q))])
+    assert float(logs["ranking"]) != pytest.approx(own, rel=1e-3)  # not each pair's own negatives alone
+
+
+def test_teacher_negatives_need_ranking_and_stored_vectors(tokenizer, teacher, monkeypatch):
+    with pytest.raises(ValueError, match="ranking_hard_negatives = 2 needs a ranking_weight"):
+        md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **TINY), teacher_dim=16,
+                                    ranking_hard_negatives=2)
+    monkeypatch.setattr(md, "load_teacher", lambda name, prompt=None: teacher)
+    with pytest.raises(ValueError, match="reads precomputed teacher negatives"):
+        md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **{**TINY, "hidden_dim": 12}),
+                                    teacher="tiny", ranking_weight=0.1, ranking_hard_negatives=2)
+
+
 def test_a_queue_without_ranking_is_refused(tokenizer):
     with pytest.raises(ValueError, match="ranking_queue_size = 8 needs a ranking_weight"):
         md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **TINY), teacher_dim=16,
@@ -168,8 +203,9 @@ def test_without_ranking_the_step_is_seed_001s(tokenizer):
 def test_teacher_ranking_on_two_replicas_equals_one_replica_with_the_full_batch(tokenizer, two_device_strategy):
     from objectives.replica_check import assert_two_replicas_match_one
 
-    batch = _ranked_batch(np.random.default_rng(5), tokenizer.vocabulary_size, size=8)
+    batch = _ranked_batch(np.random.default_rng(5), tokenizer.vocabulary_size, size=8, negatives=2)
     batch["teacher"][5] = batch["teacher"][1]  # a duplicate across the two replicas' halves
+    batch["teacher_negatives"][6, 1] = batch["teacher"][0]  # a negative on one replica, a source on the other
     assert_two_replicas_match_one(
-        lambda: _ranked(tokenizer.vocabulary_size, 1.0, keras.optimizers.SGD(0.1), queue=12), batch,
+        lambda: _ranked(tokenizer.vocabulary_size, 1.0, keras.optimizers.SGD(0.1), queue=12, negatives=2), batch,
         two_device_strategy, steps=2)

@@ -123,6 +123,34 @@ class TeacherVectors(InputFeature):
         return {"teacher": 0.0}
 
 
+class TeacherNegatives(InputFeature):
+    """`teacher_negatives` `[b, count, dim]`: the teacher's vectors of sentences near `src` in its space but not it.
+
+    Hard negatives for ranking against teacher vectors, mined once from the
+    stored vectors (`tools/mine_teacher_negatives.py`); seed 004 (Sec. 4.2)
+    appends hard negatives to each example.
+    """
+
+    def __init__(self, count, dim):
+        self.count, self.dim = count, dim
+
+    def record_spec(self):
+        return {"teacher_negatives": tf.io.FixedLenFeature([self.count * self.dim], tf.float32)}
+
+    def check_record(self, fields):
+        size = len(fields["teacher_negatives"].float_list.value)
+        if size != self.count * self.dim:
+            return (f"holds teacher negatives of {size} values but the objective expects "
+                    f"{self.count} x teacher_dim {self.dim} = {self.count * self.dim}")
+        return None
+
+    def parse(self, records, tokenizer):
+        return {"teacher_negatives": tf.reshape(records["teacher_negatives"], [-1, self.count, self.dim])}
+
+    def padding(self, tokenizer):
+        return {"teacher_negatives": 0.0}
+
+
 class OwnTokenizerTokens(InputFeature):
     """A text column in another tower's own tokenizer, as the field `field`."""
 

@@ -6,6 +6,7 @@
 | `src_lang`, `tgt_lang` | bytes | language tags, e.g. `en`, `de`               |
 | `teacher`        | float list  | optional: a teacher's vector of `src`        |
 | `hard_negatives` | bytes list  | optional: sentences close to `tgt` but wrong |
+| `teacher_negatives` | float list | optional: teacher vectors of sources near `src`, `count x dim` flat |
 | `src_ids`, `tgt_ids` | int64 list | optional: token ids (special tokens included, not truncated) |
 
 Token ids are written when the corpus is tokenized once at writing time

@@ -1,10 +1,14 @@
-"""Adding a teacher's vector of every `src` sentence to TFRecord shards.
+"""Adding a teacher's vector of every `src` sentence to TFRecord shards, and then its hard negatives.
 
 With the vectors stored, distillation never runs the teacher (seed 001,
-Sec. 3). Each finished shard is written under a temporary name and renamed,
+Sec. 3). The negatives of a source are the stored vectors of its nearest
+other sources in the teacher's space (seed 004, Sec. 4.2, appends hard
+negatives to each example following Guo et al. 2018); they are mined from
+the stored vectors alone. Each finished shard is written under a temporary name and renamed,
 so an interrupted run resumes at the first missing shard.
 """
 
+import hashlib
 import json
 import os
 
@@ -12,8 +16,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_msemb.text_files import CorpusError
+from tf_msemb.data.hard_negatives import NO_NEGATIVES
+from tf_msemb.data.hard_negatives import mine_hard_negatives
 from tf_msemb.data.writing import MANIFEST_SUFFIX
+from tf_msemb.text_files import CorpusError
 
 
 def _encode_unique(embed, sentences, cache, batch_size):
@@ -33,16 +39,20 @@ def with_teacher(serialized, vector):
     return example.SerializeToString(deterministic=True)
 
 
+def _read_manifest(manifest_path):
+    if not manifest_path.endswith(MANIFEST_SUFFIX) or not os.path.exists(manifest_path):
+        raise CorpusError(f"Not a corpus manifest: {manifest_path}")
+    with open(manifest_path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_dir, batch_size=128, verbose=True):
     """Copies a corpus to `output_dir` with a `teacher` field in every record.
 
     Returns the new manifest (same shards and counts, plus
     `"teacher": {"model", "dim"}`), written next to the shards.
     """
-    if not manifest_path.endswith(MANIFEST_SUFFIX) or not os.path.exists(manifest_path):
-        raise CorpusError(f"Not a corpus manifest: {manifest_path}")
-    with open(manifest_path, encoding="utf-8") as f:
-        manifest = json.load(f)
+    manifest = _read_manifest(manifest_path)
     source_dir = os.path.dirname(manifest_path)
     os.makedirs(output_dir, exist_ok=True)
     embed = tf.function(lambda texts: encoder(tokenizer(texts), training=False), reduce_retracing=True)
@@ -67,6 +77,78 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
             progress.add(len(records))
     dim = int(next(iter(cache.values())).shape[0]) if cache else int(encoder.output_dim)
     manifest["teacher"] = {"model": teacher_name, "dim": dim}
+    path = os.path.join(output_dir, os.path.basename(manifest_path))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
+
+
+def _fields(serialized):
+    feature = tf.train.Example.FromString(serialized).features.feature
+    return feature["src"].bytes_list.value[0].decode("utf-8"), np.asarray(feature["teacher"].float_list.value,
+                                                                          np.float32)
+
+
+def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, verbose=True):
+    """Copies a corpus with teacher vectors to `output_dir`, adding `teacher_negatives` to every record.
+
+    The corpus' distinct sources (over all its language pairs) are searched
+    among themselves by their stored teacher vectors; a source's negatives are
+    the vectors of its `count` nearest other sources, skipping any whose cosine
+    with it reaches `ceiling` (a near-duplicate, no negative). Records whose
+    source has fewer are dropped and counted (`dropped_no_negatives`).
+
+    Args:
+        manifest_path: a manifest with `teacher` (`add_teacher_vectors`).
+        output_dir: where the new shards and manifest go.
+        count: negatives per record.
+        ceiling: the near-duplicate cosine.
+        search: `(queries, pool) -> (sims, ids)`, the neighbours of `[n, d]` unit vectors in `[p, d]` ones, best
+            first (enough beyond `count` for the source itself and its near-duplicates).
+
+    Returns the new manifest, with `"teacher_negatives": {"count", "ceiling"}`.
+    """
+    manifest = _read_manifest(manifest_path)
+    if "teacher" not in manifest:
+        raise CorpusError(f"{manifest_path} has no teacher vectors; add them first (tools/precompute_teacher.py).")
+    source_dir = os.path.dirname(manifest_path)
+    shards = {name: list(tf.data.TFRecordDataset(os.path.join(source_dir, name)).as_numpy_iterator())
+              for info in manifest["pairs"].values() for name in info["files"]}
+    vectors = {}
+    for records in shards.values():
+        for record in records:
+            text, vector = _fields(record)
+            vectors.setdefault(text, vector)
+    sources = {text: i for i, text in enumerate(vectors)}
+    raw = np.stack(list(vectors.values())) if vectors else np.zeros((0, manifest["teacher"]["dim"]), np.float32)
+    pool = raw / np.maximum(np.linalg.norm(raw, axis=1, keepdims=True), 1e-12)
+    os.makedirs(output_dir, exist_ok=True)
+    # Saved chunks belong to these very vectors and settings: another corpus in the same folder starts afresh.
+    digest = hashlib.sha1(raw.tobytes() + f"{count} {ceiling}".encode("utf-8")).hexdigest()[:16]
+    negatives = mine_hard_negatives(pool, pool, np.arange(len(pool)), count, ceiling, lambda q: search(q, pool),
+                                    os.path.join(output_dir, f"negatives-{digest}"), verbose=verbose)
+    for pair, info in manifest["pairs"].items():
+        kept_total = 0
+        for name in info["files"]:
+            rows = [(record, negatives[sources[_fields(record)[0]]]) for record in shards[name]]
+            kept = [(record, ids) for record, ids in rows if ids[0] != NO_NEGATIVES]
+            kept_total += len(kept)
+            target = os.path.join(output_dir, name)
+            if os.path.exists(target):
+                continue
+            partial = target + ".partial"
+            with tf.io.TFRecordWriter(partial) as writer:
+                for record, ids in kept:
+                    example = tf.train.Example.FromString(record)
+                    example.features.feature["teacher_negatives"].float_list.value[:] = raw[ids].ravel().tolist()
+                    writer.write(example.SerializeToString(deterministic=True))
+            os.replace(partial, target)
+        info["dropped_no_negatives"] = info["examples"] - kept_total
+        info["examples"] = kept_total
+        if verbose:
+            print(f"{pair}: {kept_total} records with {count} teacher negatives; {info['dropped_no_negatives']} "
+                  f"dropped (fewer than {count} neighbours below the ceiling {ceiling})")
+    manifest["teacher_negatives"] = {"count": count, "ceiling": ceiling}
     path = os.path.join(output_dir, os.path.basename(manifest_path))
     with open(path, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)

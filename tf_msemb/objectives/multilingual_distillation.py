@@ -4,6 +4,7 @@ import gin
 import keras
 import tensorflow as tf
 
+from tf_msemb.data.features import TeacherNegatives
 from tf_msemb.data.features import TeacherTokens
 from tf_msemb.data.features import TeacherVectors
 from tf_msemb.losses.distillation import multilingual_distillation_loss
@@ -43,10 +44,20 @@ class MultilingualDistillation(Objective):
             as extra candidates (0: the batch's alone). Teacher vectors are
             fixed, so unlike seed 002's momentum keys they never go stale; a
             large queue holds near-miss sentences that a batch rarely does.
+        ranking_hard_negatives: teacher vectors of sentences near each source
+            in the teacher's space, read from the records' `teacher_negatives`
+            (`tools/mine_teacher_negatives.py`; 0: none), joined to every
+            translation's candidates (gathered across replicas). Seed 004
+            (Sec. 4.2) appends 5 hard negatives to each example, on the target
+            side; here they are English teacher vectors, the side ranked
+            against, and every pair's negatives are candidates for every
+            translation (hard for their own pair, ordinary for the others).
+            They are the near misses margin mining must reject.
     """
 
     def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", teacher_prompt=None,
-                 ranking_weight=0.0, ranking_scale=20.0, ranking_margin=0.3, ranking_queue_size=0, **kwargs):
+                 ranking_weight=0.0, ranking_scale=20.0, ranking_margin=0.3, ranking_queue_size=0,
+                 ranking_hard_negatives=0, **kwargs):
         super().__init__(encoder, **kwargs)
         if teacher is None and teacher_dim is None:
             raise ValueError(
@@ -73,9 +84,15 @@ class MultilingualDistillation(Objective):
         self.ranking_scale = ranking_scale
         self.ranking_margin = ranking_margin
         self.ranking_queue_size = ranking_queue_size
-        if ranking_queue_size and not ranking_weight:
-            raise ValueError(f"MultilingualDistillation.ranking_queue_size = {ranking_queue_size} needs a "
-                             "ranking_weight > 0: the queue only holds candidates for the ranking loss.")
+        self.ranking_hard_negatives = ranking_hard_negatives
+        for name, value in (("ranking_queue_size", ranking_queue_size),
+                            ("ranking_hard_negatives", ranking_hard_negatives)):
+            if value and not ranking_weight:
+                raise ValueError(f"MultilingualDistillation.{name} = {value} needs a ranking_weight > 0: it only "
+                                 "adds candidates for the ranking loss.")
+        if ranking_hard_negatives and self.teacher is not None:
+            raise ValueError("MultilingualDistillation.ranking_hard_negatives reads precomputed teacher negatives; "
+                             "set teacher = None and train on records from tools/mine_teacher_negatives.py.")
         if ranking_queue_size:
             state = dict(trainable=False, aggregation="only_first_replica")
             self.ranking_queue = keras.Variable("zeros", shape=(ranking_queue_size, teacher_dim), dtype="float32",
@@ -86,8 +103,11 @@ class MultilingualDistillation(Objective):
 
     @property
     def input_features(self):
-        """Precomputed teacher vectors, or the source in a live teacher's tokens."""
-        return [TeacherVectors(self.teacher_dim) if self.teacher is None else TeacherTokens(self.teacher_tokenizer)]
+        """Precomputed teacher vectors (and their negatives), or the source in a live teacher's tokens."""
+        if self.teacher is not None:
+            return [TeacherTokens(self.teacher_tokenizer)]
+        negatives = [TeacherNegatives(self.ranking_hard_negatives, self.teacher_dim)] if self.ranking_hard_negatives else []
+        return [TeacherVectors(self.teacher_dim), *negatives]
 
     def build(self, inputs_shape=None):
         ensure_built(self.encoder)
@@ -108,8 +128,13 @@ class MultilingualDistillation(Objective):
             loss, src, tgt = multilingual_distillation_loss(target, student_src, student_tgt)
             parts = {"mse_src": src, "mse_tgt": tgt}
             if self.ranking_weight:
-                (candidates,), labels = gather_candidates(target)
-                parts["ranking"] = self._ranking_loss(student_tgt, candidates, labels)
+                if self.ranking_hard_negatives:
+                    (candidates, negatives), labels = gather_candidates(target, data["teacher_negatives"])
+                    negatives = tf.reshape(negatives, [-1, self.teacher_dim])
+                else:
+                    (candidates,), labels = gather_candidates(target)
+                    negatives = None
+                parts["ranking"] = self._ranking_loss(student_tgt, candidates, negatives, labels)
                 loss = loss + self.ranking_weight * parts["ranking"]
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
@@ -117,13 +142,16 @@ class MultilingualDistillation(Objective):
             self._enqueue(candidates)
         return self.report(loss=loss, **parts)
 
-    def _ranking_loss(self, student_tgt, candidates, labels):
-        """`teacher_ranking_loss` against the batch's teacher vectors, then the queue's filled slots."""
-        if not self.ranking_queue_size:
-            return teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale, self.ranking_margin)
-        valid = tf.concat([tf.ones([tf.shape(candidates)[0]], tf.bool),
-                           tf.range(self.ranking_queue_size) < self.queue_filled.value], axis=0)
-        candidates = tf.concat([tf.cast(candidates, tf.float32), self.ranking_queue.value], axis=0)
+    def _ranking_loss(self, student_tgt, batch_vectors, negatives, labels):
+        """`teacher_ranking_loss` against the batch's teacher vectors, their negatives, then the queue's filled slots."""
+        candidates = tf.cast(batch_vectors, tf.float32)
+        if negatives is not None:
+            candidates = tf.concat([candidates, tf.cast(negatives, tf.float32)], axis=0)
+        valid = None
+        if self.ranking_queue_size:
+            valid = tf.concat([tf.ones([tf.shape(candidates)[0]], tf.bool),
+                               tf.range(self.ranking_queue_size) < self.queue_filled.value], axis=0)
+            candidates = tf.concat([candidates, self.ranking_queue.value], axis=0)
         return teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale, self.ranking_margin, valid)
 
     def _enqueue(self, vectors):
