@@ -154,15 +154,19 @@ def test_bide_ams_e5small_on_negatives_mined_by_its_start(tmp_path, quickstart_r
 
 
 def test_distill_ranked_e5small_ranks_translations_against_the_teacher_vectors(tmp_path, quickstart_records):
-    """Seed 001 with seed 004's ranking against the teacher's vectors (configs/distill_ranked_e5small.gin) on the
-    teacher vectors of a tiny start of e5's layout: the ranking loss logged beside the MSE, every dev part run."""
+    """Seed 001 with seed 004's ranking against the teacher's vectors (configs/distill_ranked_e5small.gin) with the
+    recipe's preparation (teacher vectors of a tiny start of e5's layout, then their teacher-space negatives): the
+    ranking loss logged beside the MSE, every dev part run."""
     start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
+    run([f"{REPO}/tools/mine_teacher_negatives.py", "--manifest=teacher/qs.manifest.json", "--output_dir=neg4",
+         "--num_negatives=4"], tmp_path)
     out = train("distill_ranked_e5small.gin", tmp_path / "ranked", f"START = '{start}'",
-                f"make_dataset.corpora = ['{tmp_path}/teacher/qs.manifest.json']",
+                f"make_dataset.corpora = ['{tmp_path}/neg4/qs.manifest.json']",
                 "MultilingualDistillation.teacher_dim = 32")
     last = next(line for line in out.splitlines() if line.startswith("step 3/3 "))
     assert " ranking " in last and " mse_tgt " in last
     assert "dev/mining f1" in out and "dev/tatoeba" in out
+    assert "MultilingualDistillation.ranking_hard_negatives = 4" in (tmp_path / "ranked" / "operative_config.gin").read_text()
 
 
 def test_distill_rank_e5small_trains_both_tasks_on_their_own_inputs(tmp_path, quickstart_records):
