@@ -166,7 +166,8 @@ def test_distill_ranked_e5small_ranks_translations_against_the_teacher_vectors(t
     last = next(line for line in out.splitlines() if line.startswith("step 3/3 "))
     assert " ranking " in last and " mse_tgt " in last
     assert "dev/mining f1" in out and "dev/tatoeba" in out
-    assert "MultilingualDistillation.ranking_hard_negatives = 4" in (tmp_path / "ranked" / "operative_config.gin").read_text()
+    operative = (tmp_path / "ranked" / "operative_config.gin").read_text()
+    assert "MultilingualDistillation.ranking_hard_negatives = 4" in operative
 
 
 def test_distill_rank_e5small_trains_both_tasks_on_their_own_inputs(tmp_path, quickstart_records):
