@@ -83,10 +83,14 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
     return manifest
 
 
-def _fields(serialized):
-    feature = tf.train.Example.FromString(serialized).features.feature
-    return feature["src"].bytes_list.value[0].decode("utf-8"), np.asarray(feature["teacher"].float_list.value,
-                                                                          np.float32)
+def _examples(path):
+    """The parsed `tf.train.Example`s of one shard, one at a time."""
+    for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
+        yield tf.train.Example.FromString(record)
+
+
+def _source(example):
+    return example.features.feature["src"].bytes_list.value[0].decode("utf-8")
 
 
 def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, verbose=True):
@@ -112,36 +116,40 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
     if "teacher" not in manifest:
         raise CorpusError(f"{manifest_path} has no teacher vectors; add them first (tools/precompute_teacher.py).")
     source_dir = os.path.dirname(manifest_path)
-    shards = {name: list(tf.data.TFRecordDataset(os.path.join(source_dir, name)).as_numpy_iterator())
-              for info in manifest["pairs"].values() for name in info["files"]}
+    names = [name for info in manifest["pairs"].values() for name in info["files"]]
+    # Two streaming passes, one shard at a time: the distinct sources' vectors, then the extended records.
     vectors = {}
-    for records in shards.values():
-        for record in records:
-            text, vector = _fields(record)
-            vectors.setdefault(text, vector)
+    for name in names:
+        for example in _examples(os.path.join(source_dir, name)):
+            text = _source(example)
+            if text not in vectors:
+                vectors[text] = np.asarray(example.features.feature["teacher"].float_list.value, np.float32)
     sources = {text: i for i, text in enumerate(vectors)}
     raw = np.stack(list(vectors.values())) if vectors else np.zeros((0, manifest["teacher"]["dim"]), np.float32)
+    del vectors
     pool = raw / np.maximum(np.linalg.norm(raw, axis=1, keepdims=True), 1e-12)
     os.makedirs(output_dir, exist_ok=True)
     # Saved chunks belong to these very vectors and settings: another corpus in the same folder starts afresh.
     digest = hashlib.sha1(raw.tobytes() + f"{count} {ceiling}".encode("utf-8")).hexdigest()[:16]
     negatives = mine_hard_negatives(pool, pool, np.arange(len(pool)), count, ceiling, lambda q: search(q, pool),
                                     os.path.join(output_dir, f"negatives-{digest}"), verbose=verbose)
+    kept_sources = negatives[:, 0] != NO_NEGATIVES
     for pair, info in manifest["pairs"].items():
         kept_total = 0
         for name in info["files"]:
-            rows = [(record, negatives[sources[_fields(record)[0]]]) for record in shards[name]]
-            kept = [(record, ids) for record, ids in rows if ids[0] != NO_NEGATIVES]
-            kept_total += len(kept)
-            target = os.path.join(output_dir, name)
+            source, target = os.path.join(source_dir, name), os.path.join(output_dir, name)
             if os.path.exists(target):
+                kept_total += sum(1 for _ in tf.data.TFRecordDataset(target))
                 continue
             partial = target + ".partial"
             with tf.io.TFRecordWriter(partial) as writer:
-                for record, ids in kept:
-                    example = tf.train.Example.FromString(record)
-                    example.features.feature["teacher_negatives"].float_list.value[:] = raw[ids].ravel().tolist()
+                for example in _examples(source):
+                    i = sources[_source(example)]
+                    if not kept_sources[i]:
+                        continue
+                    example.features.feature["teacher_negatives"].float_list.value[:] = raw[negatives[i]].ravel().tolist()
                     writer.write(example.SerializeToString(deterministic=True))
+                    kept_total += 1
             os.replace(partial, target)
         info["dropped_no_negatives"] = info["examples"] - kept_total
         info["examples"] = kept_total

@@ -18,6 +18,8 @@ from tf_msemb.objectives.cross_replica import gather_candidates
 from tf_msemb.objectives.gradient_cache import Tower
 from tf_msemb.objectives.momentum import momentum_copy
 from tf_msemb.objectives.momentum import momentum_update
+from tf_msemb.objectives.queues import enqueue
+from tf_msemb.objectives.queues import filled_slots
 
 
 @gin.configurable(denylist=["encoder"])
@@ -122,16 +124,6 @@ class DualMomentumContrast(Objective):
     def call(self, inputs, training=False):
         return l2_normalize(self.encoder(inputs, training=training))
 
-    def _enqueue(self, keys_x, keys_y):
-        """Writes the newest `min(n, K)` keys over the oldest entries (FIFO)."""
-        keys_x, keys_y = keys_x[-self.queue_size :], keys_y[-self.queue_size :]
-        count = tf.shape(keys_x)[0]
-        positions = (self.queue_pointer.value + tf.range(count)) % self.queue_size
-        self.queue_x.value.scatter_update(tf.IndexedSlices(keys_x, positions))
-        self.queue_y.value.scatter_update(tf.IndexedSlices(keys_y, positions))
-        self.queue_pointer.assign((self.queue_pointer.value + count) % self.queue_size)
-        self.queue_filled.assign(tf.minimum(self.queue_filled.value + count, self.queue_size))
-
     def contrastive_loss(self, data, training=True):
         """Eq. 2 both ways against the queues, plus alpha times the NLI loss (Eq. 5).
 
@@ -159,7 +151,7 @@ class DualMomentumContrast(Objective):
         key_x = tf.stop_gradient(l2_normalize(self.momentum_encoder(data["src"], training=False)))
         key_y = tf.stop_gradient(l2_normalize(self.target_momentum_encoder(data["tgt"], training=False)))
         (keys_x, keys_y), labels = gather_candidates(key_x, key_y)
-        valid = tf.range(self.queue_size) < self.queue_filled.value
+        valid = filled_slots(self.queue_x, self.queue_filled)
         h_x, h_y = l2_normalize(embeddings["x"]), l2_normalize(embeddings["y"])
         queue_x, queue_y = tf.stop_gradient(self.queue_x.value), tf.stop_gradient(self.queue_y.value)
         loss = symmetric_queue_loss(h_x, h_y, keys_x, keys_y, labels, queue_x, queue_y, self.temperature, valid,
@@ -186,5 +178,5 @@ class DualMomentumContrast(Objective):
         # threads, a loaded CPU) scored against momentum weights being updated; 0 in 120 with it.
         self.after_update(lambda: self._update_momentum_encoders([*keys, results["loss"]]))
         if self.queue_size:
-            self._enqueue(*keys)
+            enqueue((self.queue_x, self.queue_y), keys, self.queue_pointer, self.queue_filled)
         return self.report(**results)

@@ -14,6 +14,8 @@ from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.models.teacher import load_teacher
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.cross_replica import gather_candidates
+from tf_msemb.objectives.queues import enqueue
+from tf_msemb.objectives.queues import filled_slots
 
 
 @gin.configurable(denylist=["encoder"])
@@ -128,40 +130,25 @@ class MultilingualDistillation(Objective):
             loss, src, tgt = multilingual_distillation_loss(target, student_src, student_tgt)
             parts = {"mse_src": src, "mse_tgt": tgt}
             if self.ranking_weight:
-                if self.ranking_hard_negatives:
-                    (candidates, negatives), labels = gather_candidates(target, data["teacher_negatives"])
-                    negatives = tf.reshape(negatives, [-1, self.teacher_dim])
-                else:
-                    (candidates,), labels = gather_candidates(target)
-                    negatives = None
-                parts["ranking"] = self._ranking_loss(student_tgt, candidates, negatives, labels)
+                negatives = [data["teacher_negatives"]] if self.ranking_hard_negatives else []
+                (candidates, *negatives), labels = gather_candidates(target, *negatives)
+                parts["ranking"] = self._ranking_loss(student_tgt, [candidates, *negatives], labels)
                 loss = loss + self.ranking_weight * parts["ranking"]
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
         if self.ranking_queue_size:
-            self._enqueue(candidates)
+            enqueue((self.ranking_queue,), (candidates,), self.queue_pointer, self.queue_filled)
         return self.report(loss=loss, **parts)
 
-    def _ranking_loss(self, student_tgt, batch_vectors, negatives, labels):
+    def _ranking_loss(self, student_tgt, candidates, labels):
         """`teacher_ranking_loss` against the batch's teacher vectors, their negatives, then the queue's filled slots."""
-        candidates = tf.cast(batch_vectors, tf.float32)
-        if negatives is not None:
-            candidates = tf.concat([candidates, tf.cast(negatives, tf.float32)], axis=0)
+        candidates = tf.concat([tf.reshape(tf.cast(c, tf.float32), [-1, self.teacher_dim]) for c in candidates], axis=0)
         valid = None
         if self.ranking_queue_size:
             valid = tf.concat([tf.ones([tf.shape(candidates)[0]], tf.bool),
-                               tf.range(self.ranking_queue_size) < self.queue_filled.value], axis=0)
+                               filled_slots(self.ranking_queue, self.queue_filled)], axis=0)
             candidates = tf.concat([candidates, self.ranking_queue.value], axis=0)
         return teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale, self.ranking_margin, valid)
-
-    def _enqueue(self, vectors):
-        """Writes the newest `min(n, K)` teacher vectors over the oldest entries (FIFO)."""
-        vectors = tf.cast(vectors[-self.ranking_queue_size :], tf.float32)
-        count = tf.shape(vectors)[0]
-        positions = (self.queue_pointer.value + tf.range(count)) % self.ranking_queue_size
-        self.ranking_queue.value.scatter_update(tf.IndexedSlices(vectors, positions))
-        self.queue_pointer.assign((self.queue_pointer.value + count) % self.ranking_queue_size)
-        self.queue_filled.assign(tf.minimum(self.queue_filled.value + count, self.ranking_queue_size))
 
     def get_config(self):
         config = super().get_config()
