@@ -78,7 +78,8 @@ def test_options_hold_the_values_gin_binds(clean_gin):
     assert MultilingualDistillation(encoder).options == {"teacher": None, "teacher_dim": 24, "projection": "error",
                                                         "teacher_prompt": "query: ", "ranking_weight": 0.05,
                                                         "ranking_scale": 20.0, "ranking_margin": 0.3,
-                                                        "ranking_queue_size": 0, "ranking_hard_negatives": 0}
+                                                        "ranking_queue_size": 0, "ranking_hard_negatives": 0,
+                                                        "ranking_sources": False}
     assert MultilingualDistillation(encoder, teacher_dim=24, projection="dense").options["projection"] == "dense"
     assert TranslationRanking(encoder).options["scale"] == 24
 

@@ -74,11 +74,12 @@ def test_width_mismatch_can_be_refused(tokenizer):
         md.MultilingualDistillation(student)
 
 
-def _ranked(vocabulary_size, ranking_weight, optimizer=None, queue=0, negatives=0):
+def _ranked(vocabulary_size, ranking_weight, optimizer=None, queue=0, negatives=0, sources=False):
     keras.utils.set_random_seed(3)
     student = SentenceEncoder(vocabulary_size, **{**TINY, "hidden_dim": 8, "dropout": 0.0})
     model = md.MultilingualDistillation(student, teacher_dim=8, ranking_weight=ranking_weight, ranking_margin=0.3,
-                                        ranking_queue_size=queue, ranking_hard_negatives=negatives)
+                                        ranking_queue_size=queue, ranking_hard_negatives=negatives,
+                                        ranking_sources=sources)
     return _compile(model) if optimizer is None else _compile_with(model, optimizer)
 
 
@@ -118,6 +119,28 @@ def test_teacher_ranking_is_added_on_the_translations_against_the_batchs_teacher
     assert float(logs["ranking"]) != pytest.approx(
         np.mean([np.log(np.sum(np.exp(20.0 * (q[i] @ own.T) - 6.0 * np.eye(len(q))[i]))) - 20.0 * (q[i] @ own[i] - 0.3)
                  for i in range(len(q))]), rel=1e-2)
+
+
+def test_ranked_sources_rank_their_own_teacher_vectors_among_the_same_candidates(tokenizer):
+    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.5, sources=True)
+    batch = _ranked_batch(np.random.default_rng(4), tokenizer.vocabulary_size)
+    s, t = model.encoder(batch["src"]).numpy(), model.encoder(batch["tgt"]).numpy()
+    unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)
+    teacher = batch["teacher"]
+    # Each of the 2b queries (translations, then sources) ranks its pair's teacher vector; the loss is their mean.
+    expected = (_numpy_ranking(unit(t), teacher) + _numpy_ranking(unit(s), teacher)) / 2
+    logs = model.train_step(batch)
+    assert float(logs["ranking"]) == pytest.approx(expected, rel=1e-4)
+    # Translations alone, or sources ranked against the student's own source vectors, give other figures.
+    assert float(logs["ranking"]) != pytest.approx(_numpy_ranking(unit(t), teacher), rel=1e-2)
+    assert float(logs["ranking"]) != pytest.approx((_numpy_ranking(unit(t), teacher) + _numpy_ranking(unit(s), s)) / 2,
+                                                   rel=1e-2)
+
+
+def test_ranked_sources_without_ranking_are_refused(tokenizer):
+    with pytest.raises(ValueError, match="ranking_sources = True needs a ranking_weight"):
+        md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **TINY), teacher_dim=16,
+                                    ranking_sources=True)
 
 
 def _numpy_ranking(queries, candidates):

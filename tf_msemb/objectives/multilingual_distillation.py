@@ -55,11 +55,16 @@ class MultilingualDistillation(Objective):
             against, and every pair's negatives are candidates for every
             translation (hard for their own pair, ordinary for the others).
             They are the near misses margin mining must reject.
+        ranking_sources: the sources' student vectors S(s) rank their own
+            teacher vectors among the same candidates too (False: only the
+            translations are ranked). The MSE holds S(s) near T(s); the
+            ranking parts it from the teacher vectors of its neighbours (its
+            paraphrases), which the MSE alone leaves as near as a translation.
     """
 
     def __init__(self, encoder, teacher=None, teacher_dim=None, projection="dense", teacher_prompt=None,
                  ranking_weight=0.0, ranking_scale=20.0, ranking_margin=0.3, ranking_queue_size=0,
-                 ranking_hard_negatives=0, **kwargs):
+                 ranking_hard_negatives=0, ranking_sources=False, **kwargs):
         super().__init__(encoder, **kwargs)
         if teacher is None and teacher_dim is None:
             raise ValueError(
@@ -87,8 +92,9 @@ class MultilingualDistillation(Objective):
         self.ranking_margin = ranking_margin
         self.ranking_queue_size = ranking_queue_size
         self.ranking_hard_negatives = ranking_hard_negatives
+        self.ranking_sources = ranking_sources
         for name, value in (("ranking_queue_size", ranking_queue_size),
-                            ("ranking_hard_negatives", ranking_hard_negatives)):
+                            ("ranking_hard_negatives", ranking_hard_negatives), ("ranking_sources", ranking_sources)):
             if value and not ranking_weight:
                 raise ValueError(f"MultilingualDistillation.{name} = {value} needs a ranking_weight > 0: it only "
                                  "adds candidates for the ranking loss.")
@@ -132,7 +138,9 @@ class MultilingualDistillation(Objective):
             if self.ranking_weight:
                 negatives = [data["teacher_negatives"]] if self.ranking_hard_negatives else []
                 (candidates, *negatives), labels = gather_candidates(target, *negatives)
-                parts["ranking"] = self._ranking_loss(student_tgt, [candidates, *negatives], labels)
+                queries = tf.concat([student_tgt, student_src], axis=0) if self.ranking_sources else student_tgt
+                labels = tf.concat([labels, labels], axis=0) if self.ranking_sources else labels
+                parts["ranking"] = self._ranking_loss(queries, [candidates, *negatives], labels)
                 loss = loss + self.ranking_weight * parts["ranking"]
             scaled_loss = self.loss_to_minimize(loss)
         self.minimize(tape, scaled_loss, self.encoder.trainable_variables)
@@ -140,7 +148,7 @@ class MultilingualDistillation(Objective):
             enqueue((self.ranking_queue,), (candidates,), self.queue_pointer, self.queue_filled)
         return self.report(loss=loss, **parts)
 
-    def _ranking_loss(self, student_tgt, candidates, labels):
+    def _ranking_loss(self, queries, candidates, labels):
         """`teacher_ranking_loss` against the batch's teacher vectors, their negatives, then the queue's filled slots."""
         candidates = tf.concat([tf.reshape(tf.cast(c, tf.float32), [-1, self.teacher_dim]) for c in candidates], axis=0)
         valid = None
@@ -148,7 +156,7 @@ class MultilingualDistillation(Objective):
             valid = tf.concat([tf.ones([tf.shape(candidates)[0]], tf.bool),
                                filled_slots(self.ranking_queue, self.queue_filled)], axis=0)
             candidates = tf.concat([candidates, self.ranking_queue.value], axis=0)
-        return teacher_ranking_loss(student_tgt, candidates, labels, self.ranking_scale, self.ranking_margin, valid)
+        return teacher_ranking_loss(queries, candidates, labels, self.ranking_scale, self.ranking_margin, valid)
 
     def get_config(self):
         config = super().get_config()
