@@ -122,23 +122,29 @@ def test_teacher_ranking_is_added_on_the_translations_against_the_batchs_teacher
 
 
 def test_ranked_sources_rank_their_own_teacher_vectors_among_the_same_candidates(tokenizer):
-    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.5, sources=True)
-    batch = _ranked_batch(np.random.default_rng(4), tokenizer.vocabulary_size)
+    model = _ranked(tokenizer.vocabulary_size, ranking_weight=0.5, optimizer=keras.optimizers.SGD(0.0), sources=True,
+                    negatives=2)
+    batch = _ranked_batch(np.random.default_rng(4), tokenizer.vocabulary_size, negatives=2)
     s, t = model.encoder(batch["src"]).numpy(), model.encoder(batch["tgt"]).numpy()
     unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)
     teacher = batch["teacher"]
-    # Each of the 2b queries (translations, then sources) ranks its pair's teacher vector; the loss is their mean.
-    expected = (_numpy_ranking(unit(t), teacher) + _numpy_ranking(unit(s), teacher)) / 2
+    candidates = np.concatenate([teacher, batch["teacher_negatives"].reshape(-1, 8)])
+    # Each of the 2b queries (translations, then sources) ranks its pair's teacher vector among the batch's teacher
+    # vectors and every pair's negatives; the loss is their mean.
+    expected = (_numpy_ranking(unit(t), candidates) + _numpy_ranking(unit(s), candidates)) / 2
     logs = model.train_step(batch)
     assert float(logs["ranking"]) == pytest.approx(expected, rel=1e-4)
-    # Translations alone, or sources ranked against the student's own source vectors, give other figures.
-    assert float(logs["ranking"]) != pytest.approx(_numpy_ranking(unit(t), teacher), rel=1e-2)
-    assert float(logs["ranking"]) != pytest.approx((_numpy_ranking(unit(t), teacher) + _numpy_ranking(unit(s), s)) / 2,
-                                                   rel=1e-2)
+    # Translations alone, sources ranked against the student's own source vectors, or sources ranked without the
+    # negatives give other figures.
+    wrong = [_numpy_ranking(unit(t), candidates),
+             (_numpy_ranking(unit(t), candidates) + _numpy_ranking(unit(s), s)) / 2,
+             (_numpy_ranking(unit(t), candidates) + _numpy_ranking(unit(s), teacher)) / 2]
+    for figure in wrong:
+        assert float(logs["ranking"]) != pytest.approx(figure, rel=1e-2)
 
 
 def test_ranked_sources_without_ranking_are_refused(tokenizer):
-    with pytest.raises(ValueError, match="ranking_sources = True needs a ranking_weight"):
+    with pytest.raises(ValueError, match="ranking_sources = True needs a ranking_weight > 0: it only adds queries"):
         md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **TINY), teacher_dim=16,
                                     ranking_sources=True)
 
@@ -211,7 +217,7 @@ def test_teacher_negatives_need_ranking_and_stored_vectors(tokenizer, teacher, m
 
 
 def test_a_queue_without_ranking_is_refused(tokenizer):
-    with pytest.raises(ValueError, match="ranking_queue_size = 8 needs a ranking_weight"):
+    with pytest.raises(ValueError, match="ranking_queue_size = 8 needs a ranking_weight > 0: it only adds candidates"):
         md.MultilingualDistillation(SentenceEncoder(tokenizer.vocabulary_size, **TINY), teacher_dim=16,
                                     ranking_queue_size=8)
 

@@ -44,6 +44,11 @@ def make_example(src, tgt, src_lang, tgt_lang, teacher=None, hard_negatives=None
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
 
+def text_field(fields, name="src"):
+    """One text field of a parsed record's feature map, decoded (`fields` is `Example.features.feature`)."""
+    return fields[name].bytes_list.value[0].decode("utf-8")
+
+
 def parse_examples(serialized, features=()):
     """Parses a 1-D batch of serialized examples into a dict of tensors.
 

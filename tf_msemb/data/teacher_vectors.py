@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tf_msemb.data.hard_negatives import NO_NEGATIVES
 from tf_msemb.data.hard_negatives import mine_hard_negatives
+from tf_msemb.data.records import text_field
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 from tf_msemb.text_files import CorpusError
 
@@ -64,10 +65,7 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
             source, target = os.path.join(source_dir, name), os.path.join(output_dir, name)
             records = list(tf.data.TFRecordDataset(source).as_numpy_iterator())
             if not os.path.exists(target):
-                sentences = [
-                    tf.train.Example.FromString(r).features.feature["src"].bytes_list.value[0].decode("utf-8")
-                    for r in records
-                ]
+                sentences = [text_field(tf.train.Example.FromString(r).features.feature) for r in records]
                 vectors = _encode_unique(embed, sentences, cache, batch_size)
                 partial = target + ".partial"
                 with tf.io.TFRecordWriter(partial) as writer:
@@ -87,10 +85,6 @@ def _examples(path):
     """The parsed `tf.train.Example`s of one shard, one at a time."""
     for record in tf.data.TFRecordDataset(path).as_numpy_iterator():
         yield tf.train.Example.FromString(record)
-
-
-def _source(example):
-    return example.features.feature["src"].bytes_list.value[0].decode("utf-8")
 
 
 def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, verbose=True):
@@ -121,7 +115,7 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
     vectors = {}
     for name in names:
         for example in _examples(os.path.join(source_dir, name)):
-            text = _source(example)
+            text = text_field(example.features.feature)
             if text not in vectors:
                 vectors[text] = np.asarray(example.features.feature["teacher"].float_list.value, np.float32)
     sources = {text: i for i, text in enumerate(vectors)}
@@ -144,7 +138,7 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
             partial = target + ".partial"
             with tf.io.TFRecordWriter(partial) as writer:
                 for example in _examples(source):
-                    i = sources[_source(example)]
+                    i = sources[text_field(example.features.feature)]
                     if not kept_sources[i]:
                         continue
                     example.features.feature["teacher_negatives"].float_list.value[:] = raw[negatives[i]].ravel().tolist()

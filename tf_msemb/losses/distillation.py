@@ -37,7 +37,7 @@ def multilingual_distillation_loss(teacher_src, student_src, student_tgt):
     return src + tgt, src, tgt
 
 
-def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, margin=0.0, candidate_valid=None):
+def teacher_ranking_loss(student_queries, teacher_candidates, labels, scale=20.0, margin=0.0, candidate_valid=None):
     """Each translation's student vector ranks its source's teacher vector first among the batch's teacher vectors.
 
     Seed 004's additive margin softmax (Eq. 7, `x -> y`) with cosines, but the
@@ -49,7 +49,8 @@ def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, ma
     it is the same target, not a negative.
 
     Args:
-        student_tgt: `[b, d]` student vectors of the translations (queries).
+        student_queries: `[b, d]` student vectors of the translations (and, with
+            `ranking_sources`, of the sources), the queries.
         teacher_candidates: `[n, d]` teacher vectors of the sources, `n >= b`.
         labels: int `[b]`, each query's own source in `teacher_candidates`.
         scale: logits are `scale * cosine`.
@@ -57,7 +58,7 @@ def teacher_ranking_loss(student_tgt, teacher_candidates, labels, scale=20.0, ma
         candidate_valid: optional bool `[n]`; False candidates (unfilled queue
             slots) are left out.
     """
-    queries = ops.normalize(ops.cast(student_tgt, "float32"), axis=-1)
+    queries = ops.normalize(ops.cast(student_queries, "float32"), axis=-1)
     candidates = ops.stop_gradient(ops.normalize(ops.cast(teacher_candidates, "float32"), axis=-1))
     positives = ops.take(candidates, labels, axis=0)
     same = ops.matmul(positives, ops.transpose(candidates)) >= 1.0 - 1e-6

@@ -93,11 +93,12 @@ class MultilingualDistillation(Objective):
         self.ranking_queue_size = ranking_queue_size
         self.ranking_hard_negatives = ranking_hard_negatives
         self.ranking_sources = ranking_sources
-        for name, value in (("ranking_queue_size", ranking_queue_size),
-                            ("ranking_hard_negatives", ranking_hard_negatives), ("ranking_sources", ranking_sources)):
+        for name, value, role in (("ranking_queue_size", ranking_queue_size, "candidates"),
+                                  ("ranking_hard_negatives", ranking_hard_negatives, "candidates"),
+                                  ("ranking_sources", ranking_sources, "queries")):
             if value and not ranking_weight:
                 raise ValueError(f"MultilingualDistillation.{name} = {value} needs a ranking_weight > 0: it only "
-                                 "adds candidates for the ranking loss.")
+                                 f"adds {role} to the ranking loss.")
         if ranking_hard_negatives and self.teacher is not None:
             raise ValueError("MultilingualDistillation.ranking_hard_negatives reads precomputed teacher negatives; "
                              "set teacher = None and train on records from tools/mine_teacher_negatives.py.")
@@ -138,8 +139,9 @@ class MultilingualDistillation(Objective):
             if self.ranking_weight:
                 negatives = [data["teacher_negatives"]] if self.ranking_hard_negatives else []
                 (candidates, *negatives), labels = gather_candidates(target, *negatives)
-                queries = tf.concat([student_tgt, student_src], axis=0) if self.ranking_sources else student_tgt
-                labels = tf.concat([labels, labels], axis=0) if self.ranking_sources else labels
+                queries = student_tgt
+                if self.ranking_sources:
+                    queries, labels = tf.concat([student_tgt, student_src], axis=0), tf.concat([labels, labels], axis=0)
                 parts["ranking"] = self._ranking_loss(queries, [candidates, *negatives], labels)
                 loss = loss + self.ranking_weight * parts["ranking"]
             scaled_loss = self.loss_to_minimize(loss)

@@ -27,6 +27,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler
 from apache_beam.ml.inference.base import RunInference
 
 from tf_msemb.data.records import data_loss_reason
+from tf_msemb.data.records import text_field
 from tf_msemb.data.teacher_vectors import with_teacher
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 from tf_msemb.files import write_atomically
@@ -66,7 +67,7 @@ class SplitByTeacher(beam.DoFn):
             Metrics.counter(NAMESPACE, "kept").inc()
             yield beam.pvalue.TaggedOutput("done", (name, (position, record, len(fields["teacher"].float_list.value))))
         else:
-            yield fields["src"].bytes_list.value[0].decode("utf-8"), (name, position, record)
+            yield text_field(fields), (name, position, record)
 
 
 def _with_vectors(element):
