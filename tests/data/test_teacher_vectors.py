@@ -48,6 +48,10 @@ def test_vectors_are_the_teachers_and_the_run_resumes(tiny_teacher, quickstart_r
     batch = next(iter(make_dataset([str(out / "qs.manifest.json")], tokenizer, 4, max_tokens=48, features=[TeacherVectors(8)])))
     assert batch["teacher"].shape == (4, 8)
 
+    # Another teacher (or corpus) never reuses these shards.
+    with pytest.raises(CorpusError, match="holds shards written from another input or settings \\(source.sha1 differs"):
+        add_teacher_vectors(quickstart_records, tokenizer, encoder, "other", str(out), verbose=False)
+
 
 def test_not_a_manifest(tiny_teacher, tmp_path):
     with pytest.raises(CorpusError, match="Not a corpus manifest"):

@@ -5,7 +5,9 @@ Sec. 3). The negatives of a source are the stored vectors of its nearest
 other sources in the teacher's space (seed 004, Sec. 4.2, appends hard
 negatives to each example following Guo et al. 2018); they are mined from
 the stored vectors alone. Each finished shard is written under a temporary name and renamed,
-so an interrupted run resumes at the first missing shard.
+so an interrupted run resumes at the first missing shard; a stamp of the
+input shards and settings (`SOURCE_STAMP`) keeps a rerun from reusing shards
+written from another corpus, teacher or setting.
 """
 
 import hashlib
@@ -40,6 +42,35 @@ def with_teacher(serialized, vector):
     return example.SerializeToString(deterministic=True)
 
 
+SOURCE_STAMP = "source.sha1"
+
+
+def _input_digest(paths, settings):
+    """SHA-1 of the input shards' bytes (in order) and a settings string."""
+    digest = hashlib.sha1(settings.encode("utf-8"))
+    for path in paths:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _claim_output(output_dir, names, stamp):
+    """Stamps `output_dir` for this input; refuses a folder whose finished shards came from another one."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, SOURCE_STAMP)
+    written = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            written = f.read().strip()
+    if written != stamp and any(os.path.exists(os.path.join(output_dir, name)) for name in names):
+        raise CorpusError(f"{output_dir} holds shards written from another input or settings ({SOURCE_STAMP} "
+                          f"{'differs' if written else 'is missing'}); remove the folder or choose another output "
+                          "directory.")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(stamp + "\n")
+
+
 def _read_manifest(manifest_path):
     if not manifest_path.endswith(MANIFEST_SUFFIX) or not os.path.exists(manifest_path):
         raise CorpusError(f"Not a corpus manifest: {manifest_path}")
@@ -55,7 +86,9 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
     """
     manifest = _read_manifest(manifest_path)
     source_dir = os.path.dirname(manifest_path)
-    os.makedirs(output_dir, exist_ok=True)
+    names = [name for info in manifest["pairs"].values() for name in info["files"]]
+    _claim_output(output_dir, names,
+                  _input_digest([os.path.join(source_dir, n) for n in names], f"teacher {teacher_name}"))
     embed = tf.function(lambda texts: encoder(tokenizer(texts), training=False), reduce_retracing=True)
     total = sum(info["examples"] for info in manifest["pairs"].values())
     progress = keras.utils.Progbar(total, unit_name="sentence", verbose=1 if verbose else 0)
@@ -122,9 +155,10 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
     raw = np.stack(list(vectors.values())) if vectors else np.zeros((0, manifest["teacher"]["dim"]), np.float32)
     del vectors
     pool = raw / np.maximum(np.linalg.norm(raw, axis=1, keepdims=True), 1e-12)
-    os.makedirs(output_dir, exist_ok=True)
-    # Saved chunks belong to these very vectors and settings: another corpus in the same folder starts afresh.
-    digest = hashlib.sha1(raw.tobytes() + f"{count} {ceiling}".encode("utf-8")).hexdigest()[:16]
+    stamp = _input_digest([os.path.join(source_dir, n) for n in names], f"negatives {count} {ceiling}")
+    _claim_output(output_dir, names, stamp)
+    # Saved chunks belong to this very input and settings: another corpus in the same folder starts afresh.
+    digest = stamp[:16]
     negatives = mine_hard_negatives(pool, pool, np.arange(len(pool)), count, ceiling, lambda q: search(q, pool),
                                     os.path.join(output_dir, f"negatives-{digest}"), verbose=verbose)
     kept_sources = negatives[:, 0] != NO_NEGATIVES
