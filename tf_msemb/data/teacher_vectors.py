@@ -22,6 +22,7 @@ from tf_msemb.data.hard_negatives import NO_NEGATIVES
 from tf_msemb.data.hard_negatives import mine_hard_negatives
 from tf_msemb.data.records import text_field
 from tf_msemb.data.writing import MANIFEST_SUFFIX
+from tf_msemb.files import write_atomically
 from tf_msemb.text_files import CorpusError
 
 
@@ -67,8 +68,12 @@ def _claim_output(output_dir, names, stamp):
         raise CorpusError(f"{output_dir} holds shards written from another input or settings ({SOURCE_STAMP} "
                           f"{'differs' if written else 'is missing'}); remove the folder or choose another output "
                           "directory.")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(stamp + "\n")
+
+    def write(partial):
+        with open(partial, "w", encoding="utf-8") as f:
+            f.write(stamp + "\n")
+
+    write_atomically(path, write)
 
 
 def _read_manifest(manifest_path):
@@ -145,9 +150,13 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
     source_dir = os.path.dirname(manifest_path)
     names = [name for info in manifest["pairs"].values() for name in info["files"]]
     # Two streaming passes, one shard at a time: the distinct sources' vectors, then the extended records.
+    # The first pass also stamps the input (its records' bytes and the settings).
+    digest = hashlib.sha1(f"negatives {count} {ceiling}".encode("utf-8"))
     vectors = {}
     for name in names:
-        for example in _examples(os.path.join(source_dir, name)):
+        for record in tf.data.TFRecordDataset(os.path.join(source_dir, name)).as_numpy_iterator():
+            digest.update(record)
+            example = tf.train.Example.FromString(record)
             text = text_field(example.features.feature)
             if text not in vectors:
                 vectors[text] = np.asarray(example.features.feature["teacher"].float_list.value, np.float32)
@@ -155,7 +164,7 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
     raw = np.stack(list(vectors.values())) if vectors else np.zeros((0, manifest["teacher"]["dim"]), np.float32)
     del vectors
     pool = raw / np.maximum(np.linalg.norm(raw, axis=1, keepdims=True), 1e-12)
-    stamp = _input_digest([os.path.join(source_dir, n) for n in names], f"negatives {count} {ceiling}")
+    stamp = digest.hexdigest()
     _claim_output(output_dir, names, stamp)
     # Saved chunks belong to this very input and settings: another corpus in the same folder starts afresh.
     digest = stamp[:16]
