@@ -9,7 +9,7 @@ import gin
 import pytest
 import tensorflow as tf
 
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import this_cpu
 from tf_msemb.inference.packed import int8_support
 from tf_msemb.quickstart import CORPUS_DIR as CORPUS
 from tf_msemb.quickstart import LANGUAGES as LANGS

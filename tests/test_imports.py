@@ -117,9 +117,10 @@ def test_only_the_pipelines_import_apache_beam():
 
 def test_inference_only_code_sits_above_the_models_and_below_the_export():
     """models/, objectives/ and training/ hold what training runs; inference/ builds on models/ and only the export
-    (and what configures it) imports it."""
+    (and what configures it) imports it; the CPU rules (`cpus`) sit below them all, for training to read too."""
     graph = import_graph()
-    assert graph["inference"] <= {"models", "text", "text_files"}, graph["inference"]
+    assert graph["inference"] <= {"models", "text", "text_files", "cpus"}, graph["inference"]
+    assert graph["cpus"] == set(), graph["cpus"]
     importers = {node for node, targets in graph.items() if "inference" in targets}
     assert importers == {"export", "configurables"}, importers
 

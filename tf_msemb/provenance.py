@@ -4,13 +4,16 @@ An export is copied to other machines, and its metadata and model card go
 with it. A file is named by its name and its size in lines or examples
 (`describe_file`), a path inside the working directory relative to it and
 any other by its name (`portable_path`), a command's path arguments the same
-way (`portable_command`). Below every sub-package: it imports nothing of
-tf_msemb.
+way (`portable_command`), and any other text or record that may hold one
+(a gin binding, an objective's options, a gin config) has every absolute
+path in it made portable (`portable_text`, `portable_value`). Below every
+sub-package: it imports nothing of tf_msemb.
 """
 
 import gzip
 import json
 import os
+import re
 import shlex
 
 
@@ -21,6 +24,27 @@ def portable_path(path):
     if absolute == cwd or absolute.startswith(cwd.rstrip(os.sep) + os.sep):
         return os.path.relpath(absolute, cwd)
     return os.path.basename(absolute.rstrip(os.sep)) or absolute
+
+
+# An absolute (or home-relative) POSIX path inside a text: not part of a word, a relative path or a URL.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])~?/[\w.@+~-][\w.@+~/-]*")
+
+
+def portable_text(text):
+    """`text` with every absolute path in it made portable (`portable_path`), e.g. a gin binding
+    `train.pretrained = '/home/me/e5'` becomes `train.pretrained = 'e5'`."""
+    return _ABSOLUTE_PATH.sub(lambda found: portable_path(os.path.expanduser(found.group(0))), text)
+
+
+def portable_value(value):
+    """A nested record (dicts, lists, strings) with `portable_text` applied to every string, keys included."""
+    if isinstance(value, dict):
+        return {portable_value(key): portable_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable_value(item) for item in value]
+    if isinstance(value, str):
+        return portable_text(value)
+    return value
 
 
 def _count_lines(path):

@@ -13,12 +13,16 @@ import tensorflow as tf
 from conftest import REPO
 from conftest import corpus_file
 from conftest import needs_int8
-from tf_msemb.export.cpu_check import CpuRequirement
+from tf_msemb.cpus import INT8_REQUIREMENT
+from tf_msemb.cpus import CpuRequirement
+from tf_msemb.cpus import machine_kernels
+from tf_msemb.cpus import read_cpuinfo
 from tf_msemb.export.saved_model import METADATA_FILE
+from tf_msemb.export.cpu_check import bfloat16_requirements
 from tf_msemb.export.saved_model import EmbeddingModule
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.serving import SIGNATURE
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import this_cpu
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.inference.int8_calibration import Int8Options
 from tf_msemb.inference.packed import int8_support
@@ -109,10 +113,15 @@ def test_a_bfloat16_export_stops_only_where_onednn_would_get_its_matmuls(tokeniz
     needs = json.load(open(os.path.join(path, METADATA_FILE), encoding="utf-8"))["cpu_requirements"]
     assert [(need["any_of_isa"], need["only_with_onednn_rewrites"]) for need in needs] == [
         (["avx512_core", "avx2_vnni_2"], True)]
-    # With TensorFlow's oneDNN rewrites on, oneDNN gets the bfloat16 matmuls and has no kernel under the cap: without
-    # the check this process aborts. With them off, Eigen runs them (an AVX2 machine's default).
+    # With TensorFlow's oneDNN rewrites on, an AVX-512 CPU hands oneDNN the bfloat16 matmuls and it has no kernel
+    # under the cap: without the check this process aborts. An AVX2-only CPU keeps them on Eigen, and runs.
     vectors, message = _consume("saved_model", path, TF_ENABLE_ONEDNN_OPTS="1", **AVX2)
-    assert vectors is None and "this mixed_bfloat16 export needs" in message and "TF_ENABLE_ONEDNN_OPTS=0" in message
+    onednn_gets_them = "avx512f" in (machine_kernels(read_cpuinfo(), {}, False).flags or ())
+    if onednn_gets_them:
+        assert vectors is None and "this mixed_bfloat16 export needs" in message
+        assert "TF_ENABLE_ONEDNN_OPTS=0" in message
+    else:
+        assert vectors is not None
     vectors, _ = _consume("saved_model", path, TF_ENABLE_ONEDNN_OPTS="0", **AVX2)
     assert vectors is not None and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
     float32 = export_saved_model(tokenizer, encoder, str(tmp_path / "f32"))
@@ -140,3 +149,79 @@ def test_an_int8_export_names_its_needs_and_the_avx2_target_runs_under_the_cap(t
     else:
         assert capped is None and "this int8 export needs oneDNN ISA avx512_core" in message
         assert "--int8_target=avx2" in message
+
+
+# A machine seen through another /proc: a private mount namespace where /proc is a tmpfs holding links to every
+# entry of the real one but cpuinfo (TensorFlow itself needs /proc/self), and `cpuinfo` written there when given.
+HIDDEN_PROC = """
+set -e
+mount --make-rprivate /
+mkdir -p "$1/real" && mount --bind /proc "$1/real" && mount -t tmpfs tmpfs /proc
+for entry in "$1"/real/*; do [ "$(basename "$entry")" = cpuinfo ] || ln -s "$entry" "/proc/$(basename "$entry")"; done
+if [ -f "$1/cpuinfo" ]; then cp "$1/cpuinfo" /proc/cpuinfo; fi
+shift
+exec "$@"
+"""
+
+
+def _consume_elsewhere(kind, path, tmp_path, cpuinfo=None):
+    """`_consume` on a machine whose /proc/cpuinfo is `cpuinfo` (None: absent, as on macOS or Windows)."""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no private mount namespaces here (unshare -m needs root)")
+    if cpuinfo is not None:
+        (tmp_path / "cpuinfo").write_text(cpuinfo, encoding="utf-8")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", HIDDEN_PROC, "sh", str(tmp_path), sys.executable, "-c",
+                             CONSUMER, kind, path], capture_output=True, text=True, env=env)
+    assert result.returncode in (0, 3), (result.returncode, result.stderr[-3000:])
+    if result.returncode == 3:
+        return None, result.stdout
+    return np.array(json.loads(result.stdout.strip().splitlines()[-1])), result.stdout
+
+
+@pytest.fixture(scope="module")
+def int8_kind(tokenizer, encoder, tmp_path_factory):
+    """A float32 export whose check asks what an int8 export's does (oneDNN's x86 int8 kernels), and one asking a
+    bfloat16 export's: the check alone decides, whatever the kernels."""
+    paths = {}
+    for name, requirements in (("int8", [INT8_REQUIREMENT]), ("bfloat16", bfloat16_requirements())):
+        module = EmbeddingModule(tokenizer, encoder, cpu_requirements=requirements)
+        paths[name] = str(tmp_path_factory.mktemp("check") / name)
+        tf.saved_model.save(module, paths[name], signatures={SIGNATURE: module.serve})
+    return paths
+
+
+def test_without_proc_cpuinfo_the_check_gives_the_platform_s_answer_not_a_read_error(int8_kind, tmp_path):
+    """macOS and Windows have no /proc/cpuinfo: the old check's read failed the load with NotFoundError."""
+    vectors, message = _consume_elsewhere("saved_model", int8_kind["int8"], tmp_path)
+    assert vectors is None and "No such file" not in message
+    assert ("this float32 export needs int8 matmuls (u8 x s8 kernels of oneDNN), x86-64 kernels of oneDNN, which run "
+            "on Linux x86-64 only, not on a system without /proc/cpuinfo") in message
+    vectors, _ = _consume_elsewhere("saved_model", int8_kind["bfloat16"], tmp_path)
+    assert vectors is not None and vectors.shape == (2, 16)  # bfloat16 runs on Eigen there
+
+
+def test_on_a_graviton_s_cpuinfo_an_int8_check_names_linux_aarch64(int8_kind, tmp_path):
+    graviton = open(os.path.join(REPO, "tests", "fixtures", "cpuinfo", "graviton3_neoverse_v1.txt"),
+                    encoding="utf-8").read()
+    vectors, message = _consume_elsewhere("session", int8_kind["int8"], tmp_path, cpuinfo=graviton)
+    assert vectors is None and "not on Linux aarch64: serve the float32 export" in message
+    vectors, _ = _consume_elsewhere("session", int8_kind["bfloat16"], tmp_path, cpuinfo=graviton)
+    assert vectors is not None
+
+
+def test_an_export_whose_ops_this_tensorflow_lacks_stops_in_one_line_before_loading(tmp_path, monkeypatch):
+    """macOS' TensorFlow registers no oneDNN op: an int8 export would stop deep in the load on "Op type not
+    registered"; the package's loaders name the platform and the export to use first."""
+    from tf_msemb.cpus import MachineError
+    from tf_msemb.evaluation.encoding import load_model
+    from tf_msemb.export import saved_model
+
+    (tmp_path / "saved_model.pb").write_bytes(b"")
+    (tmp_path / METADATA_FILE).write_text(json.dumps({"required_ops": ["_MklLayerNorm", "_QuantizedMatMul"]}))
+    registered = saved_model.op_def_registry.get
+    monkeypatch.setattr(saved_model.op_def_registry, "get",
+                        lambda op: None if op == "_QuantizedMatMul" else registered(op))
+    with pytest.raises(MachineError, match=r"needs TensorFlow ops _QuantizedMatMul \(oneDNN.*int8 exports run on "
+                                           r"Linux x86-64; serve the float32 export"):
+        load_model(str(tmp_path))

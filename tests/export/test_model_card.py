@@ -20,7 +20,8 @@ from tf_msemb.export.model_card import CARD_FILE
 from tf_msemb.export.model_card import write_model_card
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.base import RunFacts
-from tf_msemb.objectives.translation_ranking import TranslationRanking
+from tf_msemb.models.pretrained import describe_source
+from tf_msemb.objectives.dual_momentum_contrast import DualMomentumContrast
 from tf_msemb.training.trainer import Exporter
 from tf_msemb.training.trainer import run_provenance
 
@@ -107,60 +108,92 @@ def test_the_card_says_what_the_model_is(export):
         in card
 
 
-def _tiny_ranking(tokenizer):
+def _tiny_momentum_contrast(tokenizer, nli_path):
+    """An objective with a path among its options (`nli_path`, unread while `nli_weight` is 0)."""
     keras.utils.set_random_seed(0)
     encoder = SentenceEncoder(tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length, hidden_dim=16,
                               num_layers=1, num_heads=2, intermediate_dim=32, dropout=0.0)
-    model = TranslationRanking(encoder, run=RunFacts(tokenizer, 10, 4))
+    model = DualMomentumContrast(encoder, queue_size=8, nli_path=nli_path, run=RunFacts(tokenizer, 10, 4))
     model.build()
     return model
+
+
+def _files_holding(directory, needles):
+    """`{relative file: [needles it holds]}` over every file under `directory`, binary ones included."""
+    found = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            data = open(os.path.join(root, name), "rb").read()
+            held = [needle for needle in needles if needle.encode("utf-8") in data]
+            if held:
+                found[os.path.relpath(os.path.join(root, name), directory)] = held
+    return found
 
 
 @pytest.mark.slow
 def test_a_training_export_s_card_names_its_recipe_data_start_and_dev_figures_up_to_its_step(tokenizer, tmp_path,
                                                                                               monkeypatch):
-    run = tmp_path / "runs" / "exp1"
+    checkout = tmp_path / "checkout"  # where the user runs from; every input lies outside it
+    run = checkout / "runs" / "exp1"
     run.mkdir(parents=True)
-    (run / "operative_config.gin").write_text("train.num_steps = 10\n", encoding="utf-8")
+    start = tmp_path / "models" / "e5-small"
+    stage1 = tmp_path / "stage1" / "ckpt-100"  # a checkpoint prefix: no such file, so never an existing path
+    nli = tmp_path / "nli" / "snli.jsonl"
+    # The run's gin config, as gin writes it: every path binding absolute.
+    (checkout / "configs").mkdir()
+    (run / "operative_config.gin").write_text(
+        f"train.num_steps = 10\ntrain.pretrained = '{start}'\ntrain.init_from = '{stage1}'\n"
+        f"DualMomentumContrast.nli_path = '{nli}'\n", encoding="utf-8")
     with open(run / "eval_results.jsonl", "w", encoding="utf-8") as f:
         for step, value in ((5, 0.25), (10, 0.75)):
             f.write(json.dumps({"step": step, "retrieval/mean": value, "retrieval/a / b/mean": value}) + "\n")
     manifest = tmp_path / "data" / "x.manifest.json"
     manifest.parent.mkdir()
     manifest.write_text(json.dumps({"prefix": "x", "pairs": {"en-de": {"examples": 1200}, "en-fr": {"examples": 34}}}))
-    start = tmp_path / "models" / "e5-small"
     start.mkdir(parents=True)
     (start / "config.json").write_text(json.dumps({"_name_or_path": "/home/someone/e5", "architectures": ["BertModel"],
                                                    "model_type": "bert", "num_hidden_layers": 12, "hidden_size": 384,
                                                    "vocab_size": 250037}))
-    # Run from tmp_path, as a user runs from a checkout: a gin file inside it stays relative, one outside a name.
-    monkeypatch.chdir(tmp_path)
+    # Run from a checkout: a gin file inside it stays relative, one outside a name;
+    # bindings on the command line name absolute paths, as users write them.
+    monkeypatch.chdir(checkout)
+    params = [f"train.pretrained = '{start}'", f'train.init_from = "{stage1}"', "x = 1"]
     provenance = run_provenance("runs/exp1", {"gin_files": ["configs/quickstart.gin", f"{REPO}/configs/moco.gin"],
-                                              "gin_params": ["x = 1"]}, [str(manifest)], str(start), 10, 4)
-    exporter = Exporter(_tiny_ranking(tokenizer), "runs/exp1", chief=True, provenance=provenance)
+                                              "gin_params": params}, [str(manifest)], str(stage1), 10, 4)
+    exporter = Exporter(_tiny_momentum_contrast(tokenizer, str(nli)), "runs/exp1", chief=True, provenance=provenance)
     path = exporter(5)
     card = open(os.path.join(path, CARD_FILE), encoding="utf-8").read()
     metadata_text = open(os.path.join(path, "tf_msemb_export.json"), encoding="utf-8").read()
     metadata = json.loads(metadata_text)
     assert metadata["provenance"]["dev_results"] == [{"step": 5, "retrieval/mean": 0.25, "retrieval/a / b/mean": 0.25}]
     assert metadata["provenance"]["data"] == [{"file": "x.manifest.json", "examples": 1234}]
-    assert "| recipe | configs/quickstart.gin, moco.gin |" in card and "| bindings on the command line | x = 1 |" in card
+    assert metadata["objective"]["nli_path"] == "snli.jsonl"
+    assert "| recipe | configs/quickstart.gin, moco.gin |" in card
+    assert ("| bindings on the command line | train.pretrained = 'e5-small'; train.init_from = \"ckpt-100\"; x = 1 |"
+            in card)
     assert "| data | x.manifest.json (1,234 examples) |" in card and "| training run | runs/exp1 |" in card
-    assert ("| start checkpoint | e5-small (config.json: BertModel, num_hidden_layers 12, hidden_size 384, "
-            "vocab_size 250037) |") in card
-    assert "| steps | 5 of 10, global batch 4 |" in card and "| objective | TranslationRanking |" in card
+    assert "| start checkpoint | ckpt-100 |" in card
+    assert "| steps | 5 of 10, global batch 4 |" in card and "| objective | DualMomentumContrast |" in card
     assert "| step | retrieval/mean |" in card and "| 5 | 0.2500 |" in card and "| 10 |" not in card
-    assert open(os.path.join(path, "operative_config.gin"), encoding="utf-8").read() == "train.num_steps = 10\n"
-    for text in (card, metadata_text):  # no path of this machine, however the run was given its files
-        assert str(tmp_path) not in text and REPO not in text and "/home/someone" not in text
+    config = open(os.path.join(path, "operative_config.gin"), encoding="utf-8").read()
+    assert config.endswith("train.num_steps = 10\ntrain.pretrained = 'e5-small'\ntrain.init_from = 'ckpt-100'\n"
+                           "DualMomentumContrast.nli_path = 'snli.jsonl'\n") and config.startswith("# ")
+    # No path of this machine anywhere in the export, binary files included, however the run was given its files.
+    writer = [str(tmp_path), REPO, "/home/someone", os.path.expanduser("~") + "/"]
+    assert _files_holding(path, writer) == {}
     # A numbered version is what TF Serving serves: the card points at its folder, no copy.
     assert "This export is one (version 5)" in card and "cp -r" not in card
+    # The start by name and config.json identity where it exists.
+    assert describe_source(str(start)) == {"name": "e5-small", "config": {
+        "architectures": ["BertModel"], "model_type": "bert", "num_hidden_layers": 12, "hidden_size": 384,
+        "vocab_size": 250037}}
 
     exporter(10, final=True)
     exporter.copy_as_best(10, {"metric": "retrieval/mean", "mode": "max", "value": 0.75, "step": 10})
     best = open(run / "export" / "best" / CARD_FILE, encoding="utf-8").read()
     assert "| 10 | 0.7500 |" in best and "best step by `retrieval/mean` (max): step 10, 0.75" in best
-    assert "export_dir = 'best'" in best and "serving/tf_msemb/10" in best and str(tmp_path) not in best
+    assert "export_dir = 'best'" in best and "serving/tf_msemb/10" in best
+    assert _files_holding(run / "export", writer) == {}
 
 
 def _export_pretrained(tmp_path, *flags):

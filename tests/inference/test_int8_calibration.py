@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from conftest import needs_bfloat16
 from conftest import needs_int8
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import this_cpu
 from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.inference.int8_calibration import BLOCKS

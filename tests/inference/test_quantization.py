@@ -11,7 +11,7 @@ import tensorflow_text  # noqa: F401 -- registers the tokenizer ops the reloaded
 
 from conftest import SHARED_DATA
 from conftest import needs_int8
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import this_cpu
 from conftest import needs_int8_bfloat16
 from tf_msemb.inference.int8_export import PROBES
 from tf_msemb.export.saved_model import export_saved_model

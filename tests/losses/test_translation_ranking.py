@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.losses.translation_ranking import duplicate_candidates_mask
 from tf_msemb.losses.translation_ranking import forward_ranking_loss
 from tf_msemb.losses.translation_ranking import in_batch_softmax_loss
 
@@ -100,3 +101,49 @@ def test_raw_embeddings_are_scored_by_dot_product():
     expected = np.mean([np.log1p(np.exp(2.0 - (6.0 - 0.5))), np.log1p(np.exp(0.0 - (1.0 - 0.5)))])
     assert dots[0, 0] == 6.0
     assert float(in_batch_softmax_loss(x, y, np.arange(2), scale=1.0, margin=0.5)) == pytest.approx(expected, rel=1e-6)
+
+
+def _masked_reference(q, c, labels, scale, margin, keep):
+    """`_reference` with each query's softmax over its `keep[i]` candidates only."""
+    cos = q.astype(np.float64) @ c.T.astype(np.float64)
+    cos[np.arange(len(q)), labels] -= margin
+    logits = np.where(keep, scale * cos, -np.inf)
+    logits -= logits.max(axis=1, keepdims=True)
+    log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return -log_probs[np.arange(len(q)), labels].mean()
+
+
+def test_the_duplicate_mask_keeps_the_positive_and_drops_other_copies():
+    # Pairs 0 and 2 share a source; pair 3's key matches nothing local but candidate 4 (another replica's).
+    keys, candidate_keys = np.array([7, 8, 7, 9]), np.array([7, 8, 7, 5, 9, 1])
+    got = np.asarray(duplicate_candidates_mask(keys, candidate_keys, np.array([0, 1, 2, 3])))
+    expected = np.ones((4, 6), bool)
+    expected[0, 2] = expected[2, 0] = False
+    expected[3, 4] = False
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_repeated_source_is_neither_a_negative_nor_a_rival_positive_either_way():
+    """Pair 3 repeats pair 0's English sentence with another language: x_3 = x_0, y_3 another translation."""
+    rng = np.random.default_rng(5)
+    x = _unit(rng, 5, 8)
+    x[3] = x[0]
+    y = x + 0.4 * _unit(rng, 5, 8)  # translations near their sources; y_3 another one of x_0
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    labels = np.arange(5)
+    keep = np.asarray(duplicate_candidates_mask(np.array([1, 2, 3, 1, 4]), np.array([1, 2, 3, 1, 4]), labels))
+    got = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=10.0, margin=0.3, candidate_mask=keep))
+    expected = (_masked_reference(x, y, labels, 10.0, 0.3, keep) + _masked_reference(y, x, labels, 10.0, 0.3, keep))
+    assert got == pytest.approx(expected, rel=1e-5)
+    # Today's unmasked loss scores x_3 exactly as pair 0's positive (y -> x) and differs.
+    unmasked = float(bidirectional_ranking_loss(x, y, x, y, labels, scale=10.0, margin=0.3))
+    assert unmasked - got > 0.3
+    # With hard negatives the mask still covers the in-batch part, and the negatives stay in x -> y.
+    hard = _unit(rng, 4, 8)
+    got = float(bidirectional_ranking_loss(x, y, x, y, labels, 10.0, 0.3, hard_negatives=hard,
+                                           hard_negative_mask=np.array([True, False, True, True]),
+                                           candidate_mask=keep))
+    forward_keep = np.concatenate([keep, np.broadcast_to([True, False, True, True], (5, 4))], axis=1)
+    expected = (_masked_reference(x, np.concatenate([y, hard]), labels, 10.0, 0.3, forward_keep)
+                + _masked_reference(y, x, labels, 10.0, 0.3, keep))
+    assert got == pytest.approx(expected, rel=1e-5)

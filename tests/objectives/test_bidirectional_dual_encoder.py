@@ -143,3 +143,44 @@ def test_a_collision_across_replicas_is_left_out_as_on_one_replica(two_device_st
         _colliding_batch(5),
         two_device_strategy,
     )
+
+
+def _repeated_source_batch(seed, batch=8, hard=2):
+    """Pair 5 repeats pair 1's source (the same tokens, padded to another length) with another target: one English
+    sentence paired with two languages."""
+    data = _batch(np.random.default_rng(seed), batch, hard)
+    source, mask = data["src"]["token_ids"][1], data["src"]["padding_mask"][1]
+    length = int(mask.sum())
+    data["src"]["token_ids"][5], data["src"]["padding_mask"][5] = 0, False
+    data["src"]["token_ids"][5, :length], data["src"]["padding_mask"][5, :length] = source[:length], True
+    return data
+
+
+def test_a_repeated_source_is_left_out_of_both_directions():
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, num_hard_negatives=2, scoring="cosine")
+    data = _repeated_source_batch(6)
+    logs = model.train_step(data)
+    unit = lambda v: tf.math.l2_normalize(v, axis=-1)  # noqa: E731
+    x, y = unit(model.encoder(data["src"])), unit(model.encoder(data["tgt"]))
+    n = unit(model.encoder({k: v.reshape(-1, v.shape[-1]) for k, v in data["hard_negatives"].items()}))
+    np.testing.assert_allclose(x[1], x[5], atol=1e-5)
+    keep = np.ones((8, 8), bool)
+    keep[1, 5] = keep[5, 1] = False
+    expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n, candidate_mask=keep)
+    unmasked = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, 0.3, hard_negatives=n)
+    assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
+    assert float(unmasked) - float(expected) > 1e-3  # y_1 and y_5 would score x_1 = x_5 alike
+    forward = _model(50, keras.optimizers.SGD(0.0), dropout=0.0, margin=0.3, scoring="cosine", bidirectional=False)
+    logs = forward.train_step({"src": data["src"], "tgt": data["tgt"]})
+    x, y = unit(forward.encoder(data["src"])), unit(forward.encoder(data["tgt"]))
+    expected = forward_ranking_loss(x, y, np.arange(8), 10.0, 0.3, candidate_mask=keep)
+    assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_a_source_repeated_across_replicas_is_left_out_as_on_one_replica(two_device_strategy):
+    """Pair 1 (replica 0) and pair 5 (replica 1) share their source: both layouts mask it alike."""
+    assert_two_replicas_match_one(
+        lambda: _model(50, keras.optimizers.SGD(1.0), dropout=0.0, num_hard_negatives=2, scoring="cosine"),
+        _repeated_source_batch(7),
+        two_device_strategy,
+    )

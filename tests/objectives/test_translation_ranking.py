@@ -120,3 +120,22 @@ def test_nested_widths_train_the_weighted_sum_of_each_prefix_loss():
     with pytest.raises(ValueError, match="within the vectors' 16"):
         TranslationRanking(SentenceEncoder(40, hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=16,
                                            max_sequence_length=8), run=RunFacts(matryoshka_widths=(32,)))
+
+
+def test_a_repeated_target_is_no_negative_for_its_twin():
+    """Pairs 2 and 6 share their target (one German sentence translating two English ones): each pair's loss
+    leaves the other out, both ways, and differs from the unmasked loss."""
+    from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+
+    batch = _fixed_batch(np.random.default_rng(3), 8, 7, 50)
+    for key in ("token_ids", "padding_mask"):
+        batch["tgt"][key][6] = batch["tgt"][key][2]
+    model = _model(50, keras.optimizers.SGD(0.0), dropout=0.0)
+    logs = model.train_step(batch)
+    x = tf.math.l2_normalize(model.encoder(batch["src"]), axis=-1)
+    y = tf.math.l2_normalize(model.encoder(batch["tgt"]), axis=-1)
+    keep = np.ones((8, 8), bool)
+    keep[2, 6] = keep[6, 2] = False
+    expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, candidate_mask=keep)
+    assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
+    assert abs(float(bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0)) - float(expected)) > 1e-3

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export uses)
 
 from tf_msemb.export.model_card import METADATA_FILE
+from tf_msemb.export.saved_model import check_loadable
 
 
 def resolve_export(path):
@@ -52,8 +53,11 @@ def run_exports(model_dir):
 
 
 def load_model(path):
-    """Loads an exported model; calling it maps strings to unit vectors."""
-    return tf.saved_model.load(resolve_export(path))
+    """Loads an exported model; calling it maps strings to unit vectors. An export this TensorFlow cannot run
+    (an int8 one off x86-64) stops first with one line (`check_loadable`)."""
+    path = resolve_export(path)
+    check_loadable(path)
+    return tf.saved_model.load(path)
 
 
 def encode(model, sentences, batch_size=64, verbose=True):

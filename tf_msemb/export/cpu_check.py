@@ -1,56 +1,40 @@
-"""What an export needs of the CPU, recorded in its metadata and checked in its graph when it loads.
+"""What an export needs of the machine, recorded in its metadata and checked in its graph when it loads.
 
-oneDNN aborts the process on a kernel it lacks (`inference.cpu_features`): an
-int8 export written for AVX-512 would kill a TF Serving on an AVX2 machine
-at its first request. So an export whose kernels need more than plain
-x86-64 carries a `CpuCheck`: a resource whose initializer reads the CPU's
-flags (`/proc/cpuinfo`) and oneDNN's ISA cap (`ONEDNN_MAX_CPU_ISA` in
-`/proc/self/environ`) in the graph and fails with one line naming the
-missing feature and what to use instead. Every loader runs resource
-initializers before anything else: `tf.saved_model.load` (and so
-`TFSMLayer` and `hub.KerasLayer`) while restoring, TF Serving's Session
-loader in the MetaGraph's init op, before the warm-up requests. Where
-`/proc/cpuinfo` has no flags line (not Linux x86) the check passes: the ops
-themselves then decide.
+oneDNN aborts the process on a kernel it lacks (`tf_msemb.cpus`): an int8
+export written for AVX-512 would kill a TF Serving on an AVX2 machine at its
+first request. So an export whose kernels need more than plain float32
+carries a `CpuCheck`: a resource whose initializer applies `tf_msemb.cpus`'
+rules in the graph, to the same inputs Python reads (`/proc/cpuinfo`,
+`/proc/self/environ`, the macOS marker; each read only where it exists, so
+a machine without `/proc` gets the platform's answer, never a
+`NotFoundError`), and fails with one line naming what is missing and what to
+use instead. Every loader runs resource initializers before anything else:
+`tf.saved_model.load` (and so `TFSMLayer` and `hub.KerasLayer`) while
+restoring, TF Serving's Session loader in the MetaGraph's init op, before the
+warm-up requests.
+
+The environment is the process's initial one (`/proc/self/environ`): a
+variable a program sets for itself after it starts is not seen.
 """
 
-import dataclasses
 import uuid
 
 import tensorflow as tf
 
-from tf_msemb.inference.cpu_features import BFLOAT16_ISAS
-from tf_msemb.inference.cpu_features import CAP_VARIABLES
-from tf_msemb.inference.cpu_features import ISAS
-from tf_msemb.inference.cpu_features import ONEDNN_DEFAULT_FLAGS
-from tf_msemb.inference.cpu_features import ISA_ALIASES
-
-# What to do instead, by the kind of export.
-INT8_ADVICE = ("export it again on this machine (or with --int8_target=avx2, which runs on every x86-64 CPU with "
-               "AVX2), or serve the float32 export")
-BFLOAT16_ADVICE = ("set TF_ENABLE_ONEDNN_OPTS=0 (Eigen's bfloat16 kernels, slower than float32 on such CPUs) or "
-                   "serve the float32 or int8 export")
-
-
-@dataclasses.dataclass(frozen=True)
-class CpuRequirement:
-    """One of an export's needs: any one of oneDNN ISAs `isas`, `purpose` (what for), `advice` (what to do where it
-    is missing); with `onednn_rewrites_only`, only where TensorFlow's oneDNN rewrites are on (bfloat16 matmuls
-    otherwise run on Eigen, on any CPU)."""
-
-    isas: tuple
-    purpose: str
-    advice: str
-    onednn_rewrites_only: bool = False
-
-    def to_json(self):
-        return {"any_of_isa": list(self.isas), "flags": {isa: list(ISAS[isa]) for isa in self.isas},
-                "for": self.purpose, "only_with_onednn_rewrites": self.onednn_rewrites_only}
-
-    def message(self, precision):
-        isas = " or ".join(self.isas)
-        return (f"this {precision} export needs oneDNN ISA {isas} for {self.purpose}, which this CPU lacks or "
-                f"ONEDNN_MAX_CPU_ISA excludes")
+from tf_msemb.cpus import BFLOAT16_REQUIREMENT
+from tf_msemb.cpus import CAP_VARIABLES
+from tf_msemb.cpus import CPUINFO
+from tf_msemb.cpus import ENVIRON
+from tf_msemb.cpus import FALSE_VALUES
+from tf_msemb.cpus import INT8_ADVICE
+from tf_msemb.cpus import ISA_ALIASES
+from tf_msemb.cpus import ISAS
+from tf_msemb.cpus import MACOS_MARKER
+from tf_msemb.cpus import ONEDNN_BFLOAT16_FLAGS
+from tf_msemb.cpus import ONEDNN_DEFAULT_FLAGS
+from tf_msemb.cpus import PLATFORMS
+from tf_msemb.cpus import TRUE_VALUES
+from tf_msemb.cpus import CpuRequirement
 
 
 def int8_requirements(options):
@@ -60,69 +44,126 @@ def int8_requirements(options):
 
 def bfloat16_requirements():
     """The `CpuRequirement` of a bfloat16 export: oneDNN's bfloat16 matmuls, where TensorFlow sends them there."""
-    return [CpuRequirement(BFLOAT16_ISAS, "bfloat16 matmuls (TensorFlow's oneDNN rewrites are on)", BFLOAT16_ADVICE,
-                           onednn_rewrites_only=True)]
+    return [BFLOAT16_REQUIREMENT]
 
 
-def _has(text, word):
-    """Whether space-separated `text` holds `word`."""
-    return tf.strings.regex_full_match(text, f"(?s).* {word} .*")
+def _field_pattern(name):
+    """`cpus.cpuinfo_field` as one regular expression over the whole text: the first `<name>[ \\t]*:` line."""
+    return f"(?s)(?:[^\\n]*\\n)*?{name}[ \\t]*:([^\\n]*)(?:\\n.*)?"
+
+
+def _field_words(cpuinfo, name):
+    """`(present, " w1 w2 ... ")`: whether `cpuinfo` has a `name` line, and its words space-padded."""
+    pattern = _field_pattern(name)
+    present = tf.strings.regex_full_match(cpuinfo, pattern)
+    words = tf.strings.join([" ", tf.strings.regex_replace(cpuinfo, pattern, r"\1"), " "])
+    return present, tf.strings.regex_replace(words, "\\s+", " ")
+
+
+def _has(words, word):
+    """Whether space-padded `words` holds `word`."""
+    return tf.strings.regex_full_match(words, f"(?s).* {word} .*")
 
 
 def _environment_value(environ, variable):
-    """The value of `variable` in NUL-separated `environ` (lowercase), or "" where unset."""
-    pattern = f"(?s)(?:|.*\\x00){variable}=([^\\x00]*)(?:\\x00.*|)"
+    """`cpus.environment_value` over NUL-separated `environ`: the first `variable=` entry's value, lower-cased."""
+    pattern = f"(?s)(?:[^\\x00]*\\x00)*?{variable}=([^\\x00]*)(?:\\x00.*)?"
     found = tf.strings.regex_full_match(environ, pattern)
     return tf.where(found, tf.strings.lower(tf.strings.regex_replace(environ, pattern, r"\1")), "")
 
 
 def _cap(environ):
-    """oneDNN's ISA cap in `environ`, an `ISAS` name, or "" (unset or unknown: oneDNN ignores it)."""
-    value = _environment_value(environ, CAP_VARIABLES[1])
-    value = tf.where(tf.strings.length(_environment_value(environ, CAP_VARIABLES[0])) > 0,
-                     _environment_value(environ, CAP_VARIABLES[0]), value)
+    """`cpus.isa_cap`'s ISA name, or "" (unset, empty or unknown: oneDNN ignores it)."""
+    value = tf.constant("")
+    for variable in reversed(CAP_VARIABLES):  # the first set and non-empty wins
+        own = _environment_value(environ, variable)
+        value = tf.where(tf.strings.length(own) > 0, own, value)
     for alias, name in ISA_ALIASES.items():
         value = tf.where(tf.equal(value, alias), name, value)
     return tf.where(tf.reduce_any(tf.equal(value, list(ISAS))), value, "")
 
 
 def _runs(flags, cap, isa):
-    """oneDNN's `mayiuse(isa)` on a CPU of space-padded `flags` under `cap`."""
+    """`CpuKernels.runs`: oneDNN's `mayiuse(isa)` on a CPU of space-padded `flags` under `cap`."""
     present = tf.reduce_all(tf.stack([_has(flags, flag) for flag in ISAS[isa]]))
     allowing = [name for name, needed in ISAS.items() if set(ISAS[isa]) <= set(needed)]
     return present & ((cap == "") | tf.reduce_any(tf.equal(cap, allowing)))
 
 
-def _onednn_rewrites(flags, environ):
-    """TensorFlow's oneDNN rewrites on (`cpu_features.onednn_opts_on`, Linux)."""
-    value = _environment_value(environ, "TF_ENABLE_ONEDNN_OPTS")
-    default = tf.reduce_any(tf.stack([_has(flags, flag) for flag in ONEDNN_DEFAULT_FLAGS]))
-    return (tf.equal(value, "1") | tf.equal(value, "true")
-            | (default & tf.logical_not(tf.equal(value, "0") | tf.equal(value, "false"))))
+def _either(value, *words):
+    return tf.reduce_any(tf.stack([tf.equal(value, word) for word in words]))
+
+
+class _Machine:
+    """`cpus.machine_kernels` in a graph: the platform, flags, cap and (on x86-64) rewrites, as tensors."""
+
+    def __init__(self, cpuinfo, has_cpuinfo, macos, environ):
+        self.x86, self.flags = _field_words(cpuinfo, "flags")
+        arm, _ = _field_words(cpuinfo, "Features")
+        self.x86 &= has_cpuinfo
+        self.arm = has_cpuinfo & arm & tf.logical_not(self.x86)
+        self.linux_other = has_cpuinfo & tf.logical_not(self.x86 | self.arm)
+        self.macos = tf.logical_not(has_cpuinfo) & macos
+        self.cap = tf.where(self.x86, _cap(environ), "")
+        value = _environment_value(environ, "TF_ENABLE_ONEDNN_OPTS")
+        default = tf.reduce_any(tf.stack([_has(self.flags, flag) for flag in ONEDNN_DEFAULT_FLAGS]))
+        # Only x86-64's decisions read the rewrites (`CpuRequirement.unmet`): aarch64's default is not computed.
+        self.rewrites = self.x86 & (_either(value, *TRUE_VALUES) | (
+            default & tf.logical_not(_either(value, *FALSE_VALUES))))
+
+    def platform(self):
+        """The `cpus.PLATFORMS` key."""
+        return tf.where(self.x86, "linux-x86_64", tf.where(self.arm, "linux-aarch64", tf.where(
+            self.linux_other, "linux-other", tf.where(self.macos, "macos", "other"))))
+
+    def unmet(self, requirement, subject):
+        """`CpuRequirement.unmet`: `(ok, message)` tensors."""
+        runs = tf.reduce_any(tf.stack([_runs(self.flags, self.cap, isa) for isa in requirement.isas]))
+        first = ISAS[requirement.isas[0]]
+        missing = tf.strings.reduce_join(tf.boolean_mask(list(first), tf.logical_not(tf.stack(
+            [_has(self.flags, flag) for flag in first]))), separator=" ")
+        x86_message = tf.strings.join(requirement.x86_message(
+            subject, tf.where(missing == "", "none", missing), tf.where(self.cap == "", "none", self.cap)))
+        if requirement.onednn_rewrites_only:
+            handed = self.rewrites & tf.reduce_any(tf.stack([_has(self.flags, f) for f in ONEDNN_BFLOAT16_FLAGS]))
+            return tf.logical_not(self.x86) | runs | tf.logical_not(handed), x86_message
+        platform = self.platform()
+        elsewhere = tf.constant("")
+        for key in PLATFORMS:
+            elsewhere = tf.where(tf.equal(platform, key), requirement.platform_message(subject, key), elsewhere)
+        return self.x86 & runs, tf.where(self.x86, x86_message, elsewhere)
+
+
+def graph_first_unmet(requirements, subject, cpuinfo, has_cpuinfo, macos, environ):
+    """`cpus.first_unmet` in a graph, on the inputs as tensors: `(ok, message of the first unmet requirement)`."""
+    machine = _Machine(cpuinfo, has_cpuinfo, macos, environ)
+    ok, message = tf.constant(True), tf.constant("")
+    for requirement in reversed(requirements):
+        own_ok, own_message = machine.unmet(requirement, subject)
+        message = tf.where(own_ok, message, own_message)
+        ok &= own_ok
+    return ok, message
+
+
+def _present(path):
+    """Whether `path` exists (a match of itself), as a tensor: no read, so nothing fails where it is absent."""
+    return tf.size(tf.io.matching_files(path)) > 0
+
+
+def _read_if_present(path):
+    """`(text, present)` of `path`: read only where it exists, so no read fails (and no error is logged)."""
+    matches = tf.io.matching_files(path)
+    present = tf.size(matches) > 0
+    return tf.cond(present, lambda: tf.io.read_file(matches[0]), lambda: tf.constant("")), present
 
 
 def check_cpu(requirements, precision):
-    """In a traced function: asserts every one of `requirements` on this CPU; returns the asserts to depend on."""
-    cpuinfo = tf.io.read_file("/proc/cpuinfo")
-    flags_line = "(?s)(?:.*\\n)?flags\\s*:([^\\n]*)(?:\\n.*|)"
-    known = tf.strings.regex_full_match(cpuinfo, flags_line)
-    flags = tf.strings.join([" ", tf.strings.regex_replace(cpuinfo, flags_line, r"\1"), " "])
-    flags = tf.strings.regex_replace(flags, "\\s+", " ")
-    environ = tf.io.read_file("/proc/self/environ")
-    cap = _cap(environ)
-    asserts = []
-    for requirement in requirements:
-        ok = tf.reduce_any(tf.stack([_runs(flags, cap, isa) for isa in requirement.isas]))
-        if requirement.onednn_rewrites_only:
-            ok |= tf.logical_not(_onednn_rewrites(flags, environ))
-        first = ISAS[requirement.isas[0]]
-        missing = tf.strings.reduce_join(tf.boolean_mask(list(first), tf.logical_not(tf.stack(
-            [_has(flags, flag) for flag in first]))), separator=" ")
-        message = tf.strings.join([
-            requirement.message(precision), " (missing CPU flags: ", tf.where(missing == "", "none", missing),
-            "; oneDNN ISA cap: ", tf.where(cap == "", "none", cap), "): ", requirement.advice])
-        asserts.append(tf.debugging.Assert(tf.logical_not(known) | ok, [message]))
-    return asserts
+    """In a traced function: asserts every one of `requirements` on this machine; returns the assert to depend on."""
+    cpuinfo, has_cpuinfo = _read_if_present(CPUINFO)
+    environ, _ = _read_if_present(ENVIRON)
+    macos = _present(MACOS_MARKER)
+    ok, message = graph_first_unmet(requirements, f"this {precision} export", cpuinfo, has_cpuinfo, macos, environ)
+    return [tf.debugging.Assert(ok, [message])]
 
 
 class CpuCheck(tf.saved_model.experimental.TrackableResource):

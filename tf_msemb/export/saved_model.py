@@ -22,8 +22,13 @@ import keras
 import tensorflow as tf
 from absl import logging
 from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
 
 import tf_msemb
+from tf_msemb.cpus import PLATFORMS
+from tf_msemb.cpus import MachineError
+from tf_msemb.cpus import require
+from tf_msemb.cpus import this_cpu
 from tf_msemb.export.cpu_check import CpuCheck
 from tf_msemb.export.cpu_check import bfloat16_requirements
 from tf_msemb.export.cpu_check import int8_requirements
@@ -43,8 +48,14 @@ from tf_msemb.inference.packed import packed_support
 from tf_msemb.models.precision import with_precision
 from tf_msemb.provenance import describe_file
 from tf_msemb.provenance import portable_config
+from tf_msemb.provenance import portable_text
+from tf_msemb.provenance import portable_value
 
 OPERATIVE_CONFIG = "operative_config.gin"
+# The copied gin config names no path of the machine that wrote it.
+OPERATIVE_CONFIG_HEADER = ("# The run's full gin config; absolute paths of the machine that trained it are replaced by "
+                           "their base names\n# (tf_msemb.provenance.portable_text): bind them to your own files to "
+                           "rerun it.\n")
 _STRINGS = tf.TensorSpec([None], tf.string, name=INPUT_KEY)
 
 
@@ -269,6 +280,23 @@ def internal_ops(path):
     return sorted(op for op in ops if op.startswith("_"))
 
 
+def check_loadable(path):
+    """Raises `cpus.MachineError` where this TensorFlow registers none of an op the export at `path` needs (its
+    metadata's `required_ops`: an int8 export's oneDNN ops, absent from builds without oneDNN such as macOS'),
+    in one line naming the platform, before TensorFlow's "Op type not registered" deep in the load."""
+    try:
+        with open(os.path.join(path, METADATA_FILE), encoding="utf-8") as f:
+            required = json.load(f).get("required_ops") or []
+    except FileNotFoundError:
+        return
+    missing = [op for op in required if op_def_registry.get(op) is None]
+    if missing:
+        raise MachineError(f"the export at {path} needs TensorFlow ops {', '.join(missing)} (oneDNN's x86-64 int8 "
+                           f"kernels), which this TensorFlow {tf.__version__} on {PLATFORMS[this_cpu().platform]} does "
+                           "not register: int8 exports run on Linux x86-64; serve the float32 export (or a "
+                           "mixed_bfloat16 one) here")
+
+
 def export_metadata(tokenizer, encoder, step=None, objective=None, precision="float32", sub_batch_size=None,
                     inference="padded", selection=None, calibration=None, streams=None, required_ops=(),
                     single_sentence=None, cpu_requirements=(), output_dim=None):
@@ -380,6 +408,8 @@ def inference_module(tokenizer, encoder, precision="float32", sub_batch_size=32,
                                      single_sentence)
         requirements = int8_requirements(packed_encoder.int8_options)
     else:
+        if precision == "mixed_bfloat16":  # building runs the graph: oneDNN would abort where it has no kernel
+            require(bfloat16_requirements(), "building a mixed_bfloat16 export here")
         computing = ensure_built(with_precision(encoder, precision))
         packed_encoder = _packed(computing, precision, streams, single_sentence) if packed else None
         requirements = bfloat16_requirements() if precision == "mixed_bfloat16" else []
@@ -411,14 +441,17 @@ def export_saved_model(tokenizer, encoder, path, step=None, objective=None, sele
     write_warmup_requests(path, tokenizer=tokenizer, streams=streams or 1)
     provenance = dict(provenance or {})
     if provenance.get("operative_config"):
-        shutil.copy(provenance["operative_config"], os.path.join(path, OPERATIVE_CONFIG))
+        with open(provenance["operative_config"], encoding="utf-8") as f:
+            config = f.read()
+        with open(os.path.join(path, OPERATIVE_CONFIG), "w", encoding="utf-8") as f:
+            f.write(OPERATIVE_CONFIG_HEADER + portable_text(config))
         provenance["operative_config"] = OPERATIVE_CONFIG
     metadata = export_metadata(tokenizer, encoder, step, objective, module.precision, module.sub_batch_size,
                                "packed" if packed is not None else "padded", selection, module.calibration,
                                streams, internal_ops(path), single_sentence, module.cpu_requirements,
                                module.output_dim)
     with open(os.path.join(path, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(metadata | {"provenance": provenance or None}, f, indent=2, default=str)
+        json.dump(portable_value(metadata | {"provenance": provenance or None}), f, indent=2, default=str)
     write_model_card(path)
     return path
 

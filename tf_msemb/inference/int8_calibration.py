@@ -43,11 +43,11 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from tf_msemb.inference.cpu_features import BFLOAT16_ISAS
-from tf_msemb.inference.cpu_features import EXACT_INT8_ISAS
-from tf_msemb.inference.cpu_features import INT8_BASE_ISAS
-from tf_msemb.inference.cpu_features import WEIGHT_SCALES
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import BFLOAT16_ISAS
+from tf_msemb.cpus import EXACT_INT8_ISAS
+from tf_msemb.cpus import INT8_BASE_ISAS
+from tf_msemb.cpus import WEIGHT_SCALES
+from tf_msemb.cpus import this_cpu
 from tf_msemb.models.packed_backbone import LAYER_DENSES
 from tf_msemb.models.packed_backbone import PackedDense
 from tf_msemb.inference.quantization import DEFAULT_OUTLIER_CHANNELS
@@ -116,10 +116,10 @@ class Int8Options:
         target: the CPUs the export is for: `"native"`, the fastest exact
             kernels of the CPU that calibrates (bfloat16 attention, outputs
             and fallbacks where it has AVX-512, 8-bit weights where it has
-            AVX512-VNNI; `inference.cpu_features`); `"avx2"`, every x86-64 CPU
+            AVX512-VNNI; `tf_msemb.cpus`); `"avx2"`, every x86-64 CPU
             with AVX2: float32 attention, outputs and fallbacks, paired weights.
         weight_scale, fallback_dtype: set by `for_cpu` from `target` and the
-            CPU (`cpu_features.WEIGHT_SCALES`: `"column"` where sums are exact,
+            CPU (`cpus.WEIGHT_SCALES`: `"column"` where sums are exact,
             else `"paired"`; `"bfloat16"` or `"float32"`), in the report.
     """
 
@@ -154,12 +154,16 @@ class Int8Options:
             raise ValueError(f"int8 fallback unit {self.fallback_unit!r} is not one of {', '.join(FALLBACK_UNITS)}")
         if self.attention is not None and self.attention not in ATTENTION_DTYPES:
             raise ValueError(f"int8 attention {self.attention!r} is not one of {', '.join(ATTENTION_DTYPES)}")
+        if self.target == "avx2" and self.attention == "bfloat16":
+            raise ValueError("int8 attention 'bfloat16' needs AVX-512 (oneDNN's bfloat16 kernels), so the export "
+                             "would not run on every AVX2 CPU that int8 target 'avx2' promises: leave the attention "
+                             "unset (float32) or use target 'native'")
         if not 50.0 < self.percentile <= 100.0:
             raise ValueError(f"int8 percentile {self.percentile} is not in (50, 100]")
 
     def for_cpu(self, kernels):
         """These options with `attention`, `weight_scale` and `fallback_dtype` set for `target` on the CPU of
-        `kernels` (a `cpu_features.CpuKernels`); bfloat16 asked for where oneDNN has no bfloat16 kernel fails here,
+        `kernels` (a `cpus.CpuKernels`); bfloat16 asked for where oneDNN has no bfloat16 kernel fails here,
         not in oneDNN."""
         native = self.target == "native"
         bfloat16 = native and kernels.bfloat16
@@ -173,12 +177,12 @@ class Int8Options:
 
     def cpu_requirements(self):
         """`[(oneDNN ISAs, any one of which is needed), what for]` of the int8 graph these options (`for_cpu`) build."""
-        needs = [(INT8_BASE_ISAS, "int8 matmuls (oneDNN's u8 x s8 kernels)")]
+        needs = [(INT8_BASE_ISAS, "int8 matmuls (u8 x s8 kernels of oneDNN)")]
         if "bfloat16" in (self.attention, self.fallback_dtype):
             needs.append((BFLOAT16_ISAS, "bfloat16 attention and int8 matmuls writing bfloat16"))
         if self.weight_scale == "column":
-            needs.append((EXACT_INT8_ISAS, "exact sums of weights scaled per column (VNNI; elsewhere oneDNN's pair "
-                                           "sums saturate)"))
+            needs.append((EXACT_INT8_ISAS, "exact sums of weights scaled per column (VNNI; elsewhere the pair sums of "
+                                           "oneDNN saturate)"))
         return needs
 
     def alphas(self):

@@ -24,8 +24,8 @@ from tensorflow.python.framework import op_def_registry
 
 from tf_msemb.inference import onednn
 from tf_msemb.inference.control_flow import unlowered_cond
-from tf_msemb.inference.cpu_features import CpuKernels
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import CpuKernels
+from tf_msemb.cpus import this_cpu
 from tf_msemb.inference.int8_calibration import Int8Options
 from tf_msemb.inference.int8_calibration import calibrate
 from tf_msemb.models.encoder import Embedder
@@ -199,7 +199,7 @@ class Int8Support(NamedTuple):
 
 @functools.cache
 def int8_support():
-    """The `Int8Support` of this process, decided from the CPU's features (`inference.cpu_features`, the oneDNN ISA
+    """The `Int8Support` of this process, decided from the CPU's features (`tf_msemb.cpus`, the oneDNN ISA
     cap included) and TensorFlow's op registry: nothing is built or run, so it cannot abort its caller (oneDNN
     aborts the process on a kernel it lacks)."""
     kernels = this_cpu()

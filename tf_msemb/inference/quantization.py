@@ -3,7 +3,7 @@
 Each of a layer's four matmuls (`LAYER_DENSES`) becomes an `Int8Dense`:
 unsigned 8-bit activations on one calibrated range per tensor, signed 8-bit
 weights with one scale per output column (where the CPU has no VNNI also
-keeping each pair of adjacent rows within 128 levels: `inference.cpu_features`),
+keeping each pair of adjacent rows within 128 levels: `tf_msemb.cpus`),
 32-bit integer sums dequantized in the same op. Attention runs in bfloat16 where oneDNN has bfloat16 kernels (AVX-512),
 which the query-key-value matmul writes, else in float32; embeddings, layer
 norms and pooling stay float32.
@@ -57,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import this_cpu
 from tf_msemb.inference.onednn import quantize
 from tf_msemb.inference.onednn import quantized_matmul
 from tf_msemb.models.packed_backbone import ACTIVATIONS
@@ -140,7 +140,7 @@ class Int8Dense(tf.Module):
         weight_scale: `"column"` (each column's largest weight is 127) or
             `"paired"` (also every pair of adjacent rows within 128 together:
             oneDNN's 16-bit pair sums cannot saturate on CPUs without VNNI;
-            `inference.cpu_features`); None: column where this CPU's sums are
+            `tf_msemb.cpus`); None: column where this CPU's sums are
             exact (AVX512-VNNI), else paired.
     Called with a float32 tensor or a `QuantizedTensor` on `input_range`,
     and an optional float32 `residual` added to the output.

@@ -51,8 +51,23 @@ def softmax_loss_from_cosines(cosine, labels, scale=20.0, margin=0.0, candidate_
     return ops.mean(losses)
 
 
+def duplicate_candidates_mask(query_keys, candidate_keys, labels):
+    """`[b, n]` bool, False where candidate `j` is another copy of query `i`'s pair: their keys (e.g. the
+    source's text) are equal and `j` is not the positive `labels[i]`.
+
+    With one English sentence paired with several languages in a batch,
+    `y -> x` would score the identical `x_j` exactly as the positive and
+    `x -> y` would push away another translation of the same sentence; seed
+    004's loss (Eq. 7-8) is over distinct translation pairs. `query_keys`:
+    int `[b]`; `candidate_keys`: int `[n]`, gathered like the candidates.
+    """
+    same = ops.equal(ops.expand_dims(query_keys, 1), ops.expand_dims(candidate_keys, 0))
+    own = ops.cast(ops.one_hot(labels, ops.shape(candidate_keys)[0]), "bool")
+    return ops.logical_or(own, ops.logical_not(same))
+
+
 def forward_ranking_loss(x, y_candidates, labels, scale=20.0, margin=0.0, hard_negatives=None,
-                         hard_negative_mask=None):
+                         hard_negative_mask=None, candidate_mask=None):
     """`L(x -> y)` alone: the unidirectional dual encoder (seed 004 Eq. 3 / Eq. 7, Table 1's DE).
 
     `hard_negatives` (`[m, d]`, e.g. 5 per example, gathered like the
@@ -60,24 +75,34 @@ def forward_ranking_loss(x, y_candidates, labels, scale=20.0, margin=0.0, hard_n
     with `y`. `hard_negative_mask` (bool `[m]`) leaves out those marked
     False (e.g. a negative mined for one pair that is another pair's target:
     it would be a false negative scored exactly as that target).
+    `candidate_mask` (bool `[b, n]`, `duplicate_candidates_mask`) leaves out
+    in-batch candidates per query.
     """
-    mask = None
+    n = ops.shape(y_candidates)[0]
+    mask = None if candidate_mask is None else ops.cast(candidate_mask, "bool")
     if hard_negatives is not None:
-        if hard_negative_mask is not None:
-            mask = ops.concatenate([ops.ones([ops.shape(y_candidates)[0]], "bool"),
-                                    ops.cast(hard_negative_mask, "bool")], axis=0)
+        if hard_negative_mask is not None or mask is not None:
+            rows = ops.shape(x)[0]
+            in_batch = ops.ones([rows, n], "bool") if mask is None else mask
+            extra = (ops.ones([rows, ops.shape(hard_negatives)[0]], "bool") if hard_negative_mask is None
+                     else ops.broadcast_to(ops.cast(hard_negative_mask, "bool")[None, :],
+                                           [rows, ops.shape(hard_negatives)[0]]))
+            mask = ops.concatenate([in_batch, extra], axis=1)
         y_candidates = ops.concatenate([y_candidates, ops.cast(hard_negatives, y_candidates.dtype)], axis=0)
     return in_batch_softmax_loss(x, y_candidates, labels, scale, margin, candidate_mask=mask)
 
 
 def bidirectional_ranking_loss(x, y, x_candidates, y_candidates, labels, scale=20.0, margin=0.0, hard_negatives=None,
-                               hard_negative_mask=None):
+                               hard_negative_mask=None, candidate_mask=None):
     """`L(x -> y) + L(y -> x)`: each side ranks the other side's candidates (seed 004 Eq. 5 / Eq. 8).
 
     `hard_negatives` (and their `hard_negative_mask`) join the `x -> y`
     direction only (`forward_ranking_loss`): they are target-language
-    sentences, so they are not candidates for `y -> x`.
+    sentences, so they are not candidates for `y -> x`. `candidate_mask`
+    (bool `[b, n]`) leaves the same in-batch candidates out of both
+    directions: pair `j` is no negative for pair `i` either way.
     """
-    forward = forward_ranking_loss(x, y_candidates, labels, scale, margin, hard_negatives, hard_negative_mask)
-    backward = in_batch_softmax_loss(y, x_candidates, labels, scale, margin)
+    forward = forward_ranking_loss(x, y_candidates, labels, scale, margin, hard_negatives, hard_negative_mask,
+                                   candidate_mask)
+    backward = in_batch_softmax_loss(y, x_candidates, labels, scale, margin, candidate_mask=candidate_mask)
     return forward + backward

@@ -70,7 +70,8 @@ def describe_source(name_or_path):
             version = "not installed"
         return {"name": str(name_or_path), "package": f"{distribution} {version}"}
     path = os.fspath(name_or_path)
-    name = os.path.basename(os.path.abspath(path).rstrip(os.sep)) if os.path.exists(path) else path
+    # A path (existing or not: a checkpoint prefix) by its base name; a preset name or URL as it is.
+    name = path if "://" in path or os.sep not in path else os.path.basename(os.path.abspath(path).rstrip(os.sep))
     config_file = os.path.join(path, "config.json")
     if not os.path.isfile(config_file):
         return {"name": name}

@@ -12,23 +12,10 @@ from tf_msemb.objectives.base import accuracy
 from tf_msemb.objectives.cross_replica import gather_candidates
 from tf_msemb.objectives.gradient_cache import Tower
 from tf_msemb.objectives.translation_ranking import TranslationRanking
+from tf_msemb.objectives.translation_ranking import distinct_pairs_mask
+from tf_msemb.objectives.translation_ranking import sentence_keys
 
 SCORINGS = ("dot", "cosine")
-
-
-def sentence_keys(*batches):
-    """One int64 key per row of each `{"token_ids", "padding_mask"}` batch: equal rows (padding aside), equal keys.
-
-    Rows are padded to the longest batch's length and fingerprinted, so a
-    sentence padded differently in two batches gets the same key.
-    """
-    length = tf.reduce_max([tf.shape(tokens["token_ids"])[1] for tokens in batches])
-    keys = []
-    for tokens in batches:
-        ids = tf.where(tf.cast(tokens["padding_mask"], tf.bool), tf.cast(tokens["token_ids"], tf.int64), -1)
-        ids = tf.pad(ids, [[0, 0], [0, length - tf.shape(ids)[1]]], constant_values=-1)
-        keys.append(tf.bitcast(tf.fingerprint(ids), tf.int64))
-    return keys
 
 
 @gin.configurable(denylist=["encoder"])
@@ -36,7 +23,8 @@ class BidirectionalDualEncoder(TranslationRanking):
     """One shared encoder; `L = L_ams(x -> y) + L_ams(y -> x) + lambda * ||e||` (seed 004 Eq. 8, Sec. 4.2).
 
     Every replica scores its pairs against the targets (and hard negatives)
-    gathered from all replicas. A hard negative whose tokens equal one of the
+    gathered from all replicas; a pair repeating another's source or target
+    is no negative for it (`TranslationRanking`). A hard negative whose tokens equal one of the
     gathered targets is left out: mined for one pair, it can be another
     pair's translation, and as a candidate it would be a false negative. Use a `SentenceEncoder` with
     `pooling=["max", "mean", "first", "attention"]` and `pooled_dim` for the
@@ -104,19 +92,22 @@ class BidirectionalDualEncoder(TranslationRanking):
     def batch_loss(self, embeddings, data):
         raw_x, raw_y = embeddings["x"], embeddings["y"]
         x, y = self._scored(raw_x), self._scored(raw_y)
-        local = [x, y]
+        hard = [self._flat(data["hard_negatives"])] if self.num_hard_negatives else []
+        keys = sentence_keys(data["src"], data["tgt"], *hard)
+        local = [x, y, *keys[:2]]
         if self.num_hard_negatives:
-            target_keys, hard_keys = sentence_keys(data["tgt"], self._flat(data["hard_negatives"]))
-            local += [self._scored(embeddings["hard"]), target_keys, hard_keys]
+            local += [self._scored(embeddings["hard"]), keys[2]]
         gathered, labels = gather_candidates(*local)
+        distinct = distinct_pairs_mask(keys[:2], gathered[2:4], labels)
         negatives, kept = None, None
         if self.num_hard_negatives:
-            negatives, target_keys, hard_keys = gathered[2:]
-            kept = tf.reduce_all(hard_keys[:, None] != target_keys[None, :], axis=1)
+            negatives, hard_keys = gathered[4:]
+            kept = tf.reduce_all(hard_keys[:, None] != gathered[3][None, :], axis=1)
         if self.bidirectional:
             ranking = bidirectional_ranking_loss(x, y, gathered[0], gathered[1], labels, self.scale, self.margin,
-                                                 negatives, kept)
+                                                 negatives, kept, distinct)
         else:
-            ranking = forward_ranking_loss(x, gathered[1], labels, self.scale, self.margin, negatives, kept)
+            ranking = forward_ranking_loss(x, gathered[1], labels, self.scale, self.margin, negatives, kept,
+                                           distinct)
         penalty = embedding_length_penalty(tf.concat([raw_x, raw_y], axis=0), self.length_penalty)
         return {"loss": ranking + penalty, "accuracy": accuracy(x, gathered[1], labels), "length_penalty": penalty}

@@ -1,8 +1,10 @@
 """`TranslationRanking`: bidirectional in-batch softmax over translation pairs."""
 
 import gin
+import tensorflow as tf
 
 from tf_msemb.losses.translation_ranking import bidirectional_ranking_loss
+from tf_msemb.losses.translation_ranking import duplicate_candidates_mask
 from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.objectives.base import Objective
 from tf_msemb.objectives.base import accuracy
@@ -10,12 +12,37 @@ from tf_msemb.objectives.cross_replica import gather_candidates
 from tf_msemb.objectives.gradient_cache import Tower
 
 
+def sentence_keys(*batches):
+    """One int64 key per row of each `{"token_ids", "padding_mask"}` batch: equal rows (padding aside), equal keys.
+
+    Rows are padded to the longest batch's length and fingerprinted, so a
+    sentence padded differently in two batches gets the same key.
+    """
+    length = tf.reduce_max([tf.shape(tokens["token_ids"])[1] for tokens in batches])
+    keys = []
+    for tokens in batches:
+        ids = tf.where(tf.cast(tokens["padding_mask"], tf.bool), tf.cast(tokens["token_ids"], tf.int64), -1)
+        ids = tf.pad(ids, [[0, 0], [0, length - tf.shape(ids)[1]]], constant_values=-1)
+        keys.append(tf.bitcast(tf.fingerprint(ids), tf.int64))
+    return keys
+
+
+def distinct_pairs_mask(keys, gathered_keys, labels):
+    """`[b, n]` bool: False where gathered pair `j` repeats pair `i`'s source or its target (`keys`: this
+    replica's `(source keys, target keys)`, `gathered_keys` the same over all replicas), `i`'s own pair kept."""
+    masks = [duplicate_candidates_mask(own, gathered, labels) for own, gathered in zip(keys, gathered_keys)]
+    return tf.logical_and(*masks)
+
+
 @gin.configurable(denylist=["encoder"])
 class TranslationRanking(Objective):
     """Trains `encoder` so each sentence ranks its translation first.
 
     Batches are `{"src": tokens, "tgt": tokens}`. Under a strategy, every
-    replica scores its sentences against the whole global batch.
+    replica scores its sentences against the whole global batch. A pair
+    whose source or target repeats another's in the global batch (one
+    English sentence with several languages) is no negative for it, either
+    way (`distinct_pairs_mask`).
 
     Args:
         encoder: a `SentenceEncoder` (or any model: tokens -> `[b, d]`).
@@ -41,8 +68,10 @@ class TranslationRanking(Objective):
 
     def batch_loss(self, embeddings, data):
         x, y = l2_normalize(embeddings["x"]), l2_normalize(embeddings["y"])
-        (x_all, y_all), labels = gather_candidates(x, y)
-        loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, self.scale, self.margin)
+        keys = sentence_keys(data["src"], data["tgt"])
+        (x_all, y_all, *gathered_keys), labels = gather_candidates(x, y, *keys)
+        loss = bidirectional_ranking_loss(x, y, x_all, y_all, labels, self.scale, self.margin,
+                                          candidate_mask=distinct_pairs_mask(keys, gathered_keys, labels))
         return {"loss": loss, "accuracy": accuracy(x, y_all, labels)}
 
     def train_step(self, data):

@@ -39,6 +39,7 @@ from apache_beam.ml.inference.base import ModelHandler
 from apache_beam.ml.inference.base import PredictionResult
 from apache_beam.utils import shared
 
+from tf_msemb.export.saved_model import check_loadable
 from tf_msemb.files import read_npz
 from tf_msemb.files import write_json_atomically
 from tf_msemb.files import write_npz_atomically
@@ -130,6 +131,7 @@ class ExportModelHandler(ModelHandler):
     def load_model(self):
         import tensorflow_text  # noqa: F401 -- registers the export's tokenizer ops in this worker
 
+        check_loadable(self.path)
         signature = tf.saved_model.load(self.path).signatures["serving_default"]
         inputs = signature.structured_input_signature[1]
         outputs = signature.structured_outputs

@@ -27,11 +27,15 @@ from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import freeze_token_embeddings
 from tf_msemb.models.encoder import set_packed_training
+from tf_msemb.cpus import BFLOAT16_REQUIREMENT
+from tf_msemb.cpus import require
 from tf_msemb.models.pretrained import describe_source
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.objectives.base import RunFacts
 from tf_msemb.provenance import describe_file
 from tf_msemb.provenance import portable_path
+from tf_msemb.provenance import portable_text
+from tf_msemb.provenance import portable_value
 from tf_msemb.training.checkpointing import RunCheckpoints
 from tf_msemb.training.dev_evaluation import DevEvaluation
 from tf_msemb.training.dev_evaluation import write_results
@@ -91,7 +95,8 @@ def run_provenance(model_dir, recipe=None, data=(), start=None, num_steps=None, 
     recipe = recipe or {}
     return {"kind": "training", "model_dir": portable_path(model_dir),
             "gin_files": [portable_path(f) for f in recipe.get("gin_files", [])],
-            "gin_params": list(recipe.get("gin_params", [])), "smoke": bool(recipe.get("smoke")),
+            "gin_params": [portable_text(param) for param in recipe.get("gin_params", [])],
+            "smoke": bool(recipe.get("smoke")),
             "operative_config": os.path.join(model_dir, "operative_config.gin"),
             "data": [describe_file(path) for path in data],
             "start": describe_source(start) if start else None, "num_steps": num_steps,
@@ -123,7 +128,7 @@ class Exporter:
         self.model, self.root, self.chief = model, os.path.join(model_dir, "export"), chief
         self.model_dir = model_dir
         self.provenance = provenance or run_provenance(model_dir)
-        self.info = {"class": type(model).__name__, **model.options}
+        self.info = portable_value({"class": type(model).__name__, **model.options})  # options may name files
         if model.matryoshka:
             self.info["matryoshka"] = describe_widths(model.matryoshka)
         self.last_step = None  # the step of the latest `<step>` export, the same on every worker
@@ -368,6 +373,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     os.makedirs(model_dir, exist_ok=True)
     if (pretrained is None) == (tokenizer is None):
         raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
+    if precision == "mixed_bfloat16":  # oneDNN would abort the process at the first bfloat16 matmul
+        require([BFLOAT16_REQUIREMENT], "train.precision = 'mixed_bfloat16'")
     with strategy.scope(), precision_policy(precision):
         run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk,
                        tuple(matryoshka_widths) if matryoshka_widths else None,

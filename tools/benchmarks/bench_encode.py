@@ -59,7 +59,7 @@ from absl import flags
 
 from tf_msemb.evaluation.encoding import resolve_export
 from tf_msemb.export.model_card import METADATA_FILE
-from tf_msemb.inference.cpu_features import this_cpu
+from tf_msemb.cpus import this_cpu
 
 import traffic
 from traffic import benchmark_sentences
