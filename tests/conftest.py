@@ -134,3 +134,16 @@ def export(tokenizer, tmp_path_factory):
     encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=16, num_layers=1, num_heads=2,
                               intermediate_dim=32, max_sequence_length=tokenizer.max_length)
     return export_saved_model(tokenizer, encoder, str(tmp_path_factory.mktemp("export") / "model"))
+
+
+@pytest.fixture
+def capped_sapphire_rapids(monkeypatch):
+    """This process as seen on a Sapphire Rapids with oneDNN capped to AVX2 and TensorFlow's rewrites on: oneDNN
+    gets bfloat16 matmuls and has no kernel for them (it would abort the process)."""
+    from tf_msemb import cpus
+
+    text = open(os.path.join(os.path.dirname(__file__), "fixtures", "cpuinfo",
+                             "sapphire_rapids_xeon_8462y.txt"), encoding="utf-8").read()
+    monkeypatch.setattr(cpus, "read_cpuinfo", lambda path=cpus.CPUINFO: text)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "1")

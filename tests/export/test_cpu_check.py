@@ -225,3 +225,14 @@ def test_an_export_whose_ops_this_tensorflow_lacks_stops_in_one_line_before_load
     with pytest.raises(MachineError, match=r"needs TensorFlow ops _QuantizedMatMul \(oneDNN.*int8 exports run on "
                                            r"Linux x86-64; serve the float32 export"):
         load_model(str(tmp_path))
+
+
+def test_building_a_bfloat16_export_is_refused_where_onednn_has_no_kernel(tokenizer, capped_sapphire_rapids):
+    from tf_msemb.cpus import MachineError
+    from tf_msemb.export.saved_model import inference_module
+
+    encoder = SentenceEncoder(tokenizer.vocabulary_size, max_sequence_length=tokenizer.max_length, hidden_dim=16,
+                              num_layers=1, num_heads=2, intermediate_dim=32)
+    with pytest.raises(MachineError, match="building a mixed_bfloat16 export here needs oneDNN ISA avx512_core .* "
+                                           "oneDNN ISA cap: avx2\\): set TF_ENABLE_ONEDNN_OPTS=0"):
+        inference_module(tokenizer, encoder, precision="mixed_bfloat16")

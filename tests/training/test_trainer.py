@@ -232,3 +232,16 @@ def test_exports_record_an_objectives_nested_widths(tokenizer, tmp_path):
     model = TranslationRanking(encoder, run=RunFacts(tokenizer, matryoshka_widths=(8, 16)))
     assert Exporter(model, str(tmp_path), chief=True).info["matryoshka"] == {"widths": [16, 8], "weights": [1.0, 1.0]}
     assert "matryoshka" not in Exporter(TranslationRanking(encoder), str(tmp_path), chief=True).info
+
+
+def test_bfloat16_training_is_refused_before_anything_runs_where_onednn_has_no_kernel(tokenizer, tmp_path,
+                                                                                    capped_sapphire_rapids):
+    from tf_msemb.cpus import MachineError
+    from tf_msemb.training.errors import one_line
+    from tf_msemb.training.trainer import train
+
+    with pytest.raises(MachineError) as error:
+        train(str(tmp_path / "run"), objective=None, tokenizer=tokenizer, precision="mixed_bfloat16")
+    assert one_line(error.value).startswith("train.precision = 'mixed_bfloat16' needs oneDNN ISA avx512_core or "
+                                            "avx2_vnni_2 for bfloat16 matmuls")
+    assert not (tmp_path / "run").exists()  # refused before the run made anything

@@ -366,6 +366,8 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     and tracing do not count; evaluation's share of the run is printed.
     """
     started = time.perf_counter()
+    if precision == "mixed_bfloat16":  # where oneDNN gets bfloat16 matmuls and has no kernel, it aborts the process
+        require([BFLOAT16_REQUIREMENT], "train.precision = 'mixed_bfloat16'")
     strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
     keras.utils.set_random_seed(seed)
     global_batch_size = per_replica_batch_size * strategy.num_replicas_in_sync if per_replica_batch_size \
@@ -373,8 +375,6 @@ def train(model_dir, objective=gin.REQUIRED, tokenizer=None, encoder=SentenceEnc
     os.makedirs(model_dir, exist_ok=True)
     if (pretrained is None) == (tokenizer is None):
         raise ValueError("Set exactly one of train.tokenizer (fresh encoder) and train.pretrained.")
-    if precision == "mixed_bfloat16":  # oneDNN would abort the process at the first bfloat16 matmul
-        require([BFLOAT16_REQUIREMENT], "train.precision = 'mixed_bfloat16'")
     with strategy.scope(), precision_policy(precision):
         run = RunFacts(tokenizer, num_steps, global_batch_size, seed, gradient_cache_chunk,
                        tuple(matryoshka_widths) if matryoshka_widths else None,
