@@ -18,6 +18,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
+from tf_msemb.data.teacher_vectors import NeighbourSearch
 from tf_msemb.data.teacher_vectors import add_teacher_negatives
 from tf_msemb.evaluation import search
 
@@ -38,10 +39,11 @@ def main(argv):
         raise ValueError(f"--candidates={FLAGS.candidates} must exceed --num_negatives={FLAGS.num_negatives}: "
                          "each source finds itself first.")
 
-    def nearest(queries, pool):
-        return search.knn(queries, pool, FLAGS.candidates, "exact", FLAGS.chunk_size)
+    def exact(queries, pool, k):
+        return search.knn(queries, pool, k, "exact", FLAGS.chunk_size)  # the chunk size changes no answer
 
-    manifest = add_teacher_negatives(FLAGS.manifest, FLAGS.output_dir, FLAGS.num_negatives, FLAGS.ceiling, nearest)
+    manifest = add_teacher_negatives(FLAGS.manifest, FLAGS.output_dir, FLAGS.num_negatives, FLAGS.ceiling,
+                                     NeighbourSearch(exact, FLAGS.candidates, "exact"))
     print(f"Teacher negatives added; manifest in {FLAGS.output_dir}/{manifest['prefix']}.manifest.json")
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tf_msemb.data.pipeline import make_dataset
 from tf_msemb.data.records import parse_examples
+from tf_msemb.data.teacher_vectors import NeighbourSearch
 from tf_msemb.data.teacher_vectors import add_teacher_negatives
 from tf_msemb.data.teacher_vectors import add_teacher_vectors
 from tf_msemb.text_files import CorpusError
@@ -48,9 +49,15 @@ def test_vectors_are_the_teachers_and_the_run_resumes(tiny_teacher, quickstart_r
     batch = next(iter(make_dataset([str(out / "qs.manifest.json")], tokenizer, 4, max_tokens=48, features=[TeacherVectors(8)])))
     assert batch["teacher"].shape == (4, 8)
 
-    # Another teacher (or corpus) never reuses these shards.
-    with pytest.raises(CorpusError, match="holds shards written from another input or settings \\(source.sha1 differs"):
-        add_teacher_vectors(quickstart_records, tokenizer, encoder, "other", str(out), verbose=False)
+    # Another teacher (or corpus) never reuses these shards: another name, prompt, or weights behind the same name.
+    other_prompt = type(tokenizer).from_config({**tokenizer.get_config(), "prompt": "query: "})
+    other_weights = SentenceEncoder.from_config(encoder.get_config())
+    other_weights(tokenizer(tf.constant(["warm-up"])))
+    other_weights.set_weights([w + 0.01 for w in encoder.get_weights()])
+    for teacher in ((tokenizer, encoder, "other"), (other_prompt, encoder, "tiny"), (tokenizer, other_weights, "tiny")):
+        with pytest.raises(CorpusError, match="holds shards written from another input or settings \\(source.sha1 "
+                                              "differs"):
+            add_teacher_vectors(quickstart_records, *teacher, str(out), verbose=False)
 
 
 def test_not_a_manifest(tiny_teacher, tmp_path):
@@ -93,11 +100,11 @@ def test_each_distinct_source_sentence_is_encoded_once_and_its_vector_reused(tin
 
 
 def _exact_search(k):
-    def search(queries, pool):
+    def knn(queries, pool, k):
         sims = queries @ pool.T
         ids = np.argsort(-sims, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(sims, ids, axis=1), ids
-    return search
+    return NeighbourSearch(knn, k, "numpy")
 
 
 def test_teacher_negatives_are_the_stored_vectors_of_the_nearest_other_sources(tiny_teacher, quickstart_records,

@@ -1,7 +1,9 @@
 """`MultiTask`: the summed step is the weighted sum of each task's gradient, an alternating step is one task's
 own step, tasks draw by step, replicas agree, gin builds scoped tasks."""
 
+import dataclasses
 import functools
+import json
 import types
 
 import keras
@@ -230,3 +232,55 @@ def test_gin_builds_each_task_in_its_own_scope(clean_gin, tokenizer, quickstart_
     assert inputs.tasks["rank"].corpora == [quickstart_records] and len(inputs.iterators) == 1
     assert inputs.corpora == ["teacher.manifest.json", quickstart_records]
     assert next(inputs.tasks["rank"].iterators[0])["src"]["token_ids"].shape[0] == 4
+
+
+def test_a_gradient_cached_task_hands_its_gradient_to_the_clipped_weighted_sum():
+    """A task stepped in chunks (`Task.gradient_cache_chunk`) gives the summed step the same weighted gradient as
+    its plain step: the clipped change equals the uncached run's. A cached step that applied its own update (or an
+    unweighted one) outside the clipped sum would move the weights elsewhere."""
+    cached_tasks = [dataclasses.replace(TASKS[0], gradient_cache_chunk=2), TASKS[1]]
+    data = _batches()
+    runs = {}
+    for name, tasks in (("plain", TASKS), ("cached", cached_tasks)):
+        model = _multi_task(tasks, optimizer=keras.optimizers.SGD(1.0, global_clipnorm=0.01))
+        before = [w.copy() for w in model.get_weights()]
+        logs = model.train_step(data)
+        runs[name] = ([after - start for after, start in zip(model.get_weights(), before)], float(logs["loss"]))
+    assert runs["cached"][1] == pytest.approx(runs["plain"][1], rel=1e-5)
+    plain, cached = runs["plain"][0], runs["cached"][0]
+    assert np.sqrt(sum((c ** 2).sum() for c in plain)) == pytest.approx(0.01, rel=1e-3)  # the clip bound
+    for got, want in zip(cached, plain):
+        np.testing.assert_allclose(got, want, atol=1e-7)
+    assert model.objectives[0].run.gradient_cache_chunk == 2
+
+
+def _manifest(directory, name, examples):
+    """A manifest of `examples` pairs in one (empty) shard: what `task_batches_per_epoch` counts."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}-00000").write_bytes(b"")
+    path = directory / f"{name}.manifest.json"
+    path.write_text(json.dumps({"prefix": name, "pairs": {"en-de": {"files": [f"{name}-00000"],
+                                                                     "examples": examples}}}))
+    return str(path)
+
+
+def test_make_input_draws_tasks_in_proportion_to_their_batches_per_epoch(tmp_path):
+    """Rank: 600 pairs in batches of 6 (100 batches); distill: 100 pairs in batches of 2 (50): chances 2/3 and
+    1/3, computed by make_input itself. Uniform chances, or chances from pairs instead of batches (6/7), fail."""
+    corpora = {"rank": _manifest(tmp_path / "rank", "rank", 600), "distill": _manifest(tmp_path / "distill", "distill",
+                                                                                        100)}
+    tasks = [dataclasses.replace(TASKS[0], dataset_fn=functools.partial(_fake_input, corpora["rank"])),
+             dataclasses.replace(TASKS[1], dataset_fn=functools.partial(_fake_input, corpora["distill"]),
+                                 global_batch_size=2)]
+    model = _multi_task(tasks, mode="alternating", sampling="proportional")
+    with pytest.raises(ValueError, match="call make_input first"):
+        model.step_key(0)
+    inputs = model.make_input(None, None, 6)
+    assert set(inputs.tasks) == {"rank", "distill"} and inputs.corpora == [corpora["rank"], corpora["distill"]]
+    keys = np.array([model.step_key(k) for k in range(6000)])
+    assert np.mean(keys == 0) == pytest.approx(2 / 3, abs=0.02)
+
+
+def _fake_input(corpus, strategy, global_batch_size, features=(), **kwargs):
+    """A task's input as `make_distributed_dataset` describes it: its corpora (nothing is read)."""
+    return types.SimpleNamespace(corpora=[corpus], iterators=[], source_files=[], batch=global_batch_size)

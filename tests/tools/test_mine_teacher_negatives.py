@@ -45,12 +45,15 @@ def test_the_tool_writes_negatives_from_the_stored_vectors_and_keeps_finished_sh
     shard.unlink()
     run(args, tmp_path)
     assert shard.exists() and os.path.getmtime(kept) == kept_mtime
-    # Other settings into the same folder: one error line, no shard reused.
-    result = subprocess.run([sys.executable, *args[:3], "--num_negatives=2", "--candidates=8", "--ceiling=1.5"],
-                            capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error:") and "another input or settings" in last
+    # Other settings into the same folder (the count, or the candidates searched): one error line, no shard reused.
+    for changed in (["--num_negatives=2", "--candidates=8"], ["--num_negatives=3", "--candidates=9"]):
+        result = subprocess.run([sys.executable, *args[:3], *changed, "--ceiling=1.5"], capture_output=True,
+                                text=True, cwd=tmp_path)
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error:") and "another input or settings" in last, changed
+    # The chunk size changes no answer: the same folder is taken.
+    run([*args, "--chunk_size=7"], tmp_path)
 
 
 def test_a_corpus_without_teacher_vectors_is_one_error_line(quickstart_records, tmp_path):

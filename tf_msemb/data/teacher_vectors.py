@@ -6,13 +6,17 @@ other sources in the teacher's space (seed 004, Sec. 4.2, appends hard
 negatives to each example following Guo et al. 2018); they are mined from
 the stored vectors alone. Each finished shard is written under a temporary name and renamed,
 so an interrupted run resumes at the first missing shard; a stamp of the
-input shards and settings (`SOURCE_STAMP`) keeps a rerun from reusing shards
+input shards and of every setting that changes the output (`SOURCE_STAMP`:
+the teacher's name, tokenizer settings with its prompt, and weights; the
+negatives' count, ceiling and search) keeps a rerun from reusing shards
 written from another corpus, teacher or setting.
 """
 
+import dataclasses
 import hashlib
 import json
 import os
+from typing import Callable
 
 import keras
 import numpy as np
@@ -23,6 +27,7 @@ from tf_msemb.data.hard_negatives import mine_hard_negatives
 from tf_msemb.data.records import text_field
 from tf_msemb.data.writing import MANIFEST_SUFFIX
 from tf_msemb.files import write_atomically
+from tf_msemb.provenance import portable_config
 from tf_msemb.text_files import CorpusError
 
 
@@ -76,6 +81,34 @@ def _claim_output(output_dir, names, stamp):
     write_atomically(path, write)
 
 
+def teacher_identity(teacher_name, tokenizer, encoder):
+    """What the vectors depend on, as one string: the name, the tokenizer's settings (the prompt among them; files by
+    base name) and a SHA-1 of the encoder's weights, so other weights behind the same name differ too."""
+    weights = hashlib.sha1()
+    for weight in encoder.weights:
+        weights.update(keras.ops.convert_to_numpy(weight).tobytes())
+    settings = json.dumps(portable_config(tokenizer.get_config()), sort_keys=True, default=str)
+    return f"teacher {teacher_name} tokenizer {settings} weights {weights.hexdigest()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class NeighbourSearch:
+    """How `add_teacher_negatives` finds each source's nearest sources: `knn(queries, pool, k)` -> `(sims, ids)`,
+    best first, over `[n, d]` and `[p, d]` unit vectors, asked for `candidates` (enough beyond the negatives'
+    count for the source itself and its near-duplicates); `method` names the search. `candidates` and `method`
+    are in the output folder's stamp."""
+
+    knn: Callable
+    candidates: int
+    method: str = "exact"
+
+    def __call__(self, queries, pool):
+        return self.knn(queries, pool, self.candidates)
+
+    def settings(self):
+        return f"search {self.method} candidates {self.candidates}"
+
+
 def _read_manifest(manifest_path):
     if not manifest_path.endswith(MANIFEST_SUFFIX) or not os.path.exists(manifest_path):
         raise CorpusError(f"Not a corpus manifest: {manifest_path}")
@@ -92,8 +125,8 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
     manifest = _read_manifest(manifest_path)
     source_dir = os.path.dirname(manifest_path)
     names = [name for info in manifest["pairs"].values() for name in info["files"]]
-    _claim_output(output_dir, names,
-                  _input_digest([os.path.join(source_dir, n) for n in names], f"teacher {teacher_name}"))
+    _claim_output(output_dir, names, _input_digest([os.path.join(source_dir, n) for n in names],
+                                                   teacher_identity(teacher_name, tokenizer, encoder)))
     embed = tf.function(lambda texts: encoder(tokenizer(texts), training=False), reduce_retracing=True)
     total = sum(info["examples"] for info in manifest["pairs"].values())
     progress = keras.utils.Progbar(total, unit_name="sentence", verbose=1 if verbose else 0)
@@ -139,8 +172,7 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
         output_dir: where the new shards and manifest go.
         count: negatives per record.
         ceiling: the near-duplicate cosine.
-        search: `(queries, pool) -> (sims, ids)`, the neighbours of `[n, d]` unit vectors in `[p, d]` ones, best
-            first (enough beyond `count` for the source itself and its near-duplicates).
+        search: a `NeighbourSearch`.
 
     Returns the new manifest, with `"teacher_negatives": {"count", "ceiling"}`.
     """
@@ -151,7 +183,7 @@ def add_teacher_negatives(manifest_path, output_dir, count, ceiling, search, ver
     names = [name for info in manifest["pairs"].values() for name in info["files"]]
     # Two streaming passes, one shard at a time: the distinct sources' vectors, then the extended records.
     # The first pass also stamps the input (its records' bytes and the settings).
-    digest = hashlib.sha1(f"negatives {count} {ceiling}".encode("utf-8"))
+    digest = hashlib.sha1(f"negatives {count} {ceiling} {search.settings()}".encode("utf-8"))
     vectors = {}
     for name in names:
         for record in tf.data.TFRecordDataset(os.path.join(source_dir, name)).as_numpy_iterator():
