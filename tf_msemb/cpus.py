@@ -284,9 +284,15 @@ class CpuRequirement:
     onednn_rewrites_only: bool = False
     elsewhere: str = "serve the float32 export (or a mixed_bfloat16 one) there"
 
+    @classmethod
+    def from_json(cls, record):
+        """The requirement an export's metadata records (`to_json`)."""
+        return cls(tuple(record["any_of_isa"]), record["for"], record.get("advice", "serve the float32 export"),
+                   record.get("only_with_onednn_rewrites", False))
+
     def to_json(self):
         return {"any_of_isa": list(self.isas), "flags": {isa: list(ISAS[isa]) for isa in self.isas},
-                "for": self.purpose, "only_with_onednn_rewrites": self.onednn_rewrites_only,
+                "for": self.purpose, "advice": self.advice, "only_with_onednn_rewrites": self.onednn_rewrites_only,
                 "platforms": "any (Eigen) but Linux x86-64 where oneDNN gets the ops" if self.onednn_rewrites_only
                 else "Linux x86-64 only"}
 

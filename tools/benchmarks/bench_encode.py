@@ -59,6 +59,8 @@ from absl import flags
 
 from tf_msemb.evaluation.encoding import resolve_export
 from tf_msemb.export.model_card import METADATA_FILE
+from tf_msemb.cpus import CpuRequirement
+from tf_msemb.cpus import require
 from tf_msemb.cpus import this_cpu
 
 import traffic
@@ -153,12 +155,16 @@ def cpu_lines(models):
     """What the figures depend on: the CPU's oneDNN ISA (and cap), TensorFlow's oneDNN rewrites, and a note for each
     of `models` that computes in bfloat16 where this CPU emulates it."""
     kernels = this_cpu()
-    lines = [f"CPU: {kernels.where()[len('this CPU ('):-1]}; TensorFlow's oneDNN rewrites "
+    where = kernels.where()
+    lines = [f"CPU: {where[where.index('(') + 1:-1]}; TensorFlow's oneDNN rewrites "
              f"{'on' if kernels.onednn_opts else 'off'}"]
     for model in models:
         metadata = os.path.join(resolve_export(model), METADATA_FILE)
-        precision = json.load(open(metadata, encoding="utf-8")).get("compute_precision") if os.path.exists(
-            metadata) else None
+        record = json.load(open(metadata, encoding="utf-8")) if os.path.exists(metadata) else {}
+        precision = record.get("compute_precision")
+        # Decided before any model runs here: oneDNN would abort the benchmark on a kernel it lacks.
+        require([CpuRequirement.from_json(need) for need in record.get("cpu_requirements") or []],
+                f"{model} ({precision})", kernels)
         if precision == "mixed_bfloat16" and kernels.bfloat16_emulated():
             lines.append(f"note: {model} computes in bfloat16, which this CPU emulates (no AVX512-BF16 or AMX): "
                          "slower than float32 on such CPUs (docs/cpus.md)")

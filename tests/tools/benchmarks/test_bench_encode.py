@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import subprocess
@@ -138,3 +139,25 @@ def test_names_the_cpu_and_says_where_bfloat16_is_emulated(tmp_path):
                                "rewrites off"), lines
     assert lines[1].startswith(f"note: {tmp_path / 'bf16'} computes in bfloat16, which this CPU emulates") and \
         len(lines) == 2, lines
+
+
+def test_a_model_this_cpu_cannot_run_is_refused_before_it_runs(tmp_path):
+    """oneDNN would abort the benchmark on a kernel it lacks: the export's own requirements decide first."""
+    from tf_msemb.cpus import INT8_REQUIREMENT
+    from tf_msemb.cpus import CpuRequirement
+
+    needs = [INT8_REQUIREMENT.to_json(), CpuRequirement(("avx512_core",), "bfloat16 attention", "use the avx2 "
+                                                        "target").to_json()]
+    (tmp_path / "int8").mkdir()
+    (tmp_path / "int8" / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "int8" / "tf_msemb_export.json").write_text(json.dumps({"compute_precision": "int8",
+                                                                        "cpu_requirements": needs}))
+    code = ("import sys; sys.path.insert(0, 'tools/benchmarks'); import bench_encode\n"
+            "from tf_msemb.cpus import MachineError\n"
+            f"try:\n    bench_encode.cpu_lines(['{tmp_path / 'int8'}'])\nexcept MachineError as e:\n"
+            "    print('refused:', e)")
+    env = dict(cli_env(), ONEDNN_MAX_CPU_ISA="AVX2")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (f"refused: {tmp_path / 'int8'} (int8) needs oneDNN ISA avx512_core for bfloat16 attention" in result.stdout
+            and "use the avx2 target" in result.stdout), result.stdout
