@@ -99,7 +99,6 @@ EXACT_INT8_ISAS = ("avx512_core_vnni",)
 INT8_BASE_ISAS = ("avx2",)  # the least ISA int8 exports are tested on (oneDNN's int8 GEMM itself needs SSE4.1)
 # The CPU flags with which TensorFlow turns its oneDNN rewrites on by default (Linux x86-64; `port.cc`).
 ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
-# Messages that go into a graph hold no quote or backslash: TensorFlow's Assert prints its data escaped.
 # The CPU flags with which TensorFlow hands bfloat16 ops to oneDNN at all (`IsDataTypeSupportedByOneDNNOnThisCPU`).
 ONEDNN_BFLOAT16_FLAGS = ("avx512f", "avx_ne_convert")
 # The aarch64 CPU on which TensorFlow turns its oneDNN rewrites on by default (Neoverse V1: Graviton 3; `port.cc`).
@@ -113,7 +112,7 @@ TRUE_VALUES, FALSE_VALUES = ("1", "true"), ("0", "false")
 
 
 def cpuinfo_field(cpuinfo, name):
-    """The value of the first line `<name>[ \\t]*:<value>` of `cpuinfo`, or None (`cpu_check._field` in a graph)."""
+    """The value of the first line `<name>[ \\t]*:<value>` of `cpuinfo`, or None (`cpu_check._field_pattern` in a graph)."""
     for line in cpuinfo.split("\n"):
         found = re.fullmatch(rf"{name}[ \t]*:([^\n]*)", line)
         if found:
@@ -172,7 +171,8 @@ class CpuKernels:
 
     `flags`: an x86 CPU's feature flags (None: not Linux x86-64); `cap`:
     `isa_cap()`; `platform`: a `PLATFORMS` key; `onednn_opts`: whether
-    TensorFlow's oneDNN rewrites are on (bfloat16 matmuls then run on oneDNN);
+    TensorFlow's oneDNN rewrites are on (bfloat16 matmuls then go to oneDNN
+    on CPUs with `ONEDNN_BFLOAT16_FLAGS`);
     `features`: an aarch64 CPU's `Features` (None elsewhere).
     """
 
@@ -321,6 +321,7 @@ class CpuRequirement:
         return "".join(self.x86_message(subject, missing, kernels.cap[1] if kernels.cap else "none"))
 
 
+# Messages that go into a graph hold no quote or backslash: TensorFlow's Assert prints its data escaped.
 INT8_ADVICE = ("export it again on this machine (or with --int8_target=avx2, which runs on every x86-64 CPU with "
                "AVX2), or serve the float32 export")
 BFLOAT16_ADVICE = ("set TF_ENABLE_ONEDNN_OPTS=0 (the bfloat16 kernels of Eigen, slower than float32 on such CPUs) or "

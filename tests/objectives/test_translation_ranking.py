@@ -139,3 +139,21 @@ def test_a_repeated_target_is_no_negative_for_its_twin():
     expected = bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0, candidate_mask=keep)
     assert float(logs["loss"]) == pytest.approx(float(expected), rel=1e-5)
     assert abs(float(bidirectional_ranking_loss(x, y, x, y, np.arange(8), 10.0)) - float(expected)) > 1e-3
+
+
+def test_sentence_keys_ignore_padding_tell_orders_apart_and_compile_with_xla():
+    from tf_msemb.objectives.translation_ranking import sentence_keys
+
+    rng = np.random.default_rng(0)
+    a = _fixed_batch(rng, 64, 9, 250_000)["src"]
+    shorter = {"token_ids": a["token_ids"][:8, :9].copy(), "padding_mask": a["padding_mask"][:8].copy()}
+    wide = {key: np.pad(value[:8], [[0, 0], [0, 5]]) for key, value in a.items()}  # the same rows, padded further
+    swapped = {key: value[:8].copy() for key, value in a.items()}
+    swapped["token_ids"][:, [0, 1]] = swapped["token_ids"][:, [1, 0]]
+    keys, wide_keys, swapped_keys = (k.numpy() for k in sentence_keys(a, wide, swapped))
+    np.testing.assert_array_equal(wide_keys, keys[:8])
+    assert len(set(keys)) == len({tuple(row[mask]) for row, mask in zip(a["token_ids"], a["padding_mask"])})
+    differs = swapped["token_ids"][:, 0] != swapped["token_ids"][:, 1]
+    assert differs.any() and not np.any(swapped_keys[differs] == keys[:8][differs])
+    compiled = tf.function(lambda tokens: sentence_keys(tokens)[0], jit_compile=True)
+    np.testing.assert_array_equal(compiled(shorter).numpy(), keys[:8])

@@ -12,18 +12,37 @@ from tf_msemb.objectives.cross_replica import gather_candidates
 from tf_msemb.objectives.gradient_cache import Tower
 
 
+# Two polynomial hashes of a row's tokens, each modulo a prime below 2^31 (every product fits in int64), joined
+# into one int64 key: rows that differ collide with a chance of about 2^-62. Made of integer ops XLA compiles
+# (`tf.fingerprint` has no XLA kernel).
+_HASHES = ((2_147_483_647, 1_000_003), (2_147_483_629, 998_244_353))
+_POSITION_BITS = 20  # rows up to a million tokens
+
+
+def _powers(length, prime, base):
+    """`base ** j mod prime` for `j < length` (int64), by binary exponentiation of the positions."""
+    positions = tf.range(tf.cast(length, tf.int64), dtype=tf.int64)
+    power, square = tf.ones_like(positions), tf.constant(base % prime, tf.int64)
+    for bit in range(_POSITION_BITS):
+        power = tf.where(tf.bitwise.bitwise_and(tf.bitwise.right_shift(positions, bit), 1) == 1,
+                         tf.math.floormod(power * square, prime), power)
+        square = tf.math.floormod(square * square, prime)
+    return power
+
+
 def sentence_keys(*batches):
     """One int64 key per row of each `{"token_ids", "padding_mask"}` batch: equal rows (padding aside), equal keys.
 
-    Rows are padded to the longest batch's length and fingerprinted, so a
-    sentence padded differently in two batches gets the same key.
+    A row's key is the hash of its tokens shifted by one, padding as zeros that add nothing, so a sentence padded
+    differently in two batches gets the same key.
     """
-    length = tf.reduce_max([tf.shape(tokens["token_ids"])[1] for tokens in batches])
     keys = []
     for tokens in batches:
-        ids = tf.where(tf.cast(tokens["padding_mask"], tf.bool), tf.cast(tokens["token_ids"], tf.int64), -1)
-        ids = tf.pad(ids, [[0, 0], [0, length - tf.shape(ids)[1]]], constant_values=-1)
-        keys.append(tf.bitcast(tf.fingerprint(ids), tf.int64))
+        ids = tf.where(tf.cast(tokens["padding_mask"], tf.bool), tf.cast(tokens["token_ids"], tf.int64) + 1, 0)
+        length = tf.shape(ids)[1]
+        parts = [tf.math.floormod(tf.reduce_sum(tf.math.floormod(ids * _powers(length, prime, base)[None, :], prime),
+                                                axis=1), prime) for prime, base in _HASHES]
+        keys.append(parts[0] * _HASHES[1][0] + parts[1])
     return keys
 
 
