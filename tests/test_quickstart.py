@@ -8,6 +8,7 @@ import pytest
 
 from conftest import CORPUS as CORPUS_DIR
 from conftest import run
+from tf_msemb.export.saved_model import OPERATIVE_CONFIG_HEADER
 from tf_msemb.quickstart import corpus_pairs
 
 CORPUS = pathlib.Path(CORPUS_DIR)
@@ -44,8 +45,9 @@ def test_quickstart_trains_exports_and_retrieves_held_out_translations(quickstar
     card = (work / "runs/quickstart/model/export/best/README.md").read_text()
     assert "| recipe | quickstart.gin |" in card and "| 400 | " in card and str(work) not in card
     assert f"This export is the best step by `retrieval/mean` (max): step {best['selection']['step']}" in card
+    # The export's copy of the gin config: the run's, its paths portable (this run's are relative already).
     assert (work / "runs/quickstart/model/export/final/operative_config.gin").read_text() == \
-        (work / "runs/quickstart/model/operative_config.gin").read_text()
+        OPERATIVE_CONFIG_HEADER + (work / "runs/quickstart/model/operative_config.gin").read_text()
     pairs = [f"--pair={CORPUS}/heldout.en.txt,{CORPUS}/heldout.{l}.txt" for l in ("de", "fr", "es")]
     out = run(["-m", "tf_msemb.evaluate", "--model=runs/quickstart/model", "--task=retrieval",
                "--output=result.json", *pairs], work)
