@@ -109,15 +109,20 @@ def test_loss_falls_with_hard_negatives_from_records(tokenizer, tmp_path, scorin
     assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:5])
 
 
+def _copy_row(source, row, target, target_row):
+    """Makes `target[target_row]` the sentence `source[row]` (features `{"token_ids", "padding_mask"}`), padded to
+    the target's length; a sentence longer than the target holds is first cut in its own row too."""
+    length = min(int(source["padding_mask"][row].sum()), target["token_ids"].shape[-1])
+    source["token_ids"][row][length:], source["padding_mask"][row][length:] = 0, False
+    target["token_ids"][target_row], target["padding_mask"][target_row] = 0, False
+    target["token_ids"][target_row][:length] = source["token_ids"][row][:length]
+    target["padding_mask"][target_row][:length] = True
+
+
 def _colliding_batch(seed, batch=8, hard=2):
     """Pair 0's second hard negative is pair 5's target (the same tokens, padded to another length)."""
     data = _batch(np.random.default_rng(seed), batch, hard)
-    negatives = data["hard_negatives"]
-    negatives["token_ids"][0, 1], negatives["padding_mask"][0, 1] = 0, False
-    target, mask = data["tgt"]["token_ids"][5], data["tgt"]["padding_mask"][5]
-    length = min(mask.sum(), negatives["token_ids"].shape[-1])
-    data["tgt"]["token_ids"][5, length:], data["tgt"]["padding_mask"][5, length:] = 0, False
-    negatives["token_ids"][0, 1, :length], negatives["padding_mask"][0, 1, :length] = target[:length], True
+    _copy_row(data["tgt"], 5, data["hard_negatives"], (0, 1))
     return data
 
 
@@ -146,13 +151,9 @@ def test_a_collision_across_replicas_is_left_out_as_on_one_replica(two_device_st
 
 
 def _repeated_source_batch(seed, batch=8, hard=2):
-    """Pair 5 repeats pair 1's source (the same tokens, padded to another length) with another target: one English
-    sentence paired with two languages."""
+    """Pair 5 repeats pair 1's source with another target: one English sentence paired with two languages."""
     data = _batch(np.random.default_rng(seed), batch, hard)
-    source, mask = data["src"]["token_ids"][1], data["src"]["padding_mask"][1]
-    length = int(mask.sum())
-    data["src"]["token_ids"][5], data["src"]["padding_mask"][5] = 0, False
-    data["src"]["token_ids"][5, :length], data["src"]["padding_mask"][5, :length] = source[:length], True
+    _copy_row(data["src"], 1, data["src"], 5)
     return data
 
 
