@@ -9,6 +9,8 @@ from tf_msemb.provenance import file_label
 from tf_msemb.provenance import portable_command
 from tf_msemb.provenance import portable_config
 from tf_msemb.provenance import portable_path
+from tf_msemb.provenance import portable_text
+from tf_msemb.provenance import portable_value
 
 
 def test_paths_inside_the_working_directory_stay_relative_others_become_names(tmp_path, monkeypatch):
@@ -47,3 +49,14 @@ def test_commands_and_configs_keep_no_absolute_path(tmp_path, monkeypatch):
                        "--prompt= --output 'out dir'")
     assert portable_config({"proto": "/home/u/spm.model", "sizes": [1, "/a/b.txt"], "name": "x/y"}) == {
         "proto": "spm.model", "sizes": [1, "b.txt"], "name": "x/y"}
+
+
+def test_portable_text_takes_out_absolute_paths_and_keeps_tokens_and_urls(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert portable_text("train.pretrained = '/home/me/e5'") == "train.pretrained = 'e5'"
+    assert portable_text("--model=/data/runs/x (from /data/y, [/data/z])") == "--model=x (from y, [z])"
+    # Tokens, relative paths and URLs are no paths of this machine: `</s>` once became `<s>`.
+    for text in ("</s>", "<s> $A </s>", "runs/exp1", "https://example.org/a/b", "<2de>/x", "1/2"):
+        assert portable_text(text) == text
+    assert portable_value({"eos_token": "</s>", "files": ["/abs/x.model"]}) == {"eos_token": "</s>",
+                                                                                 "files": ["x.model"]}

@@ -26,8 +26,9 @@ def portable_path(path):
     return os.path.basename(absolute.rstrip(os.sep)) or absolute
 
 
-# An absolute (or home-relative) POSIX path inside a text: not part of a word, a relative path or a URL.
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/-])~?/[\w.@+~-][\w.@+~/-]*")
+# An absolute (or home-relative) POSIX path inside a text: at its start or after a space, quote, `=`, `(`, `[` or
+# `,` (so not inside a word, a relative path, a URL or a token such as `</s>`).
+_ABSOLUTE_PATH = re.compile(r"(?<![^\s'\"=(\[,])~?/[\w.@+~-][\w.@+~/-]*")
 
 
 def portable_text(text):

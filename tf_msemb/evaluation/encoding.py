@@ -10,16 +10,7 @@ import tensorflow_text  # noqa: F401  (registers the tokenizer ops the export us
 
 from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.export.saved_model import check_loadable
-
-
-def resolve_export(path):
-    """An export directory, or a training `model_dir` (then its `export/final`)."""
-    if os.path.exists(os.path.join(path, "saved_model.pb")):
-        return path
-    final = os.path.join(path, "export", "final")
-    if os.path.exists(os.path.join(final, "saved_model.pb")):
-        return final
-    raise FileNotFoundError(f"No SavedModel at {path} nor at {final}.")
+from tf_msemb.export.saved_model import resolve_export
 
 
 def numbered_exports(model_dir):

@@ -132,7 +132,8 @@ def _model_rows(metadata):
     return rows
 
 
-def _provenance(metadata):
+def provenance_table(metadata):
+    """The rows of where the weights came from (recipe, data, start, steps; or the pretrained source)."""
     provenance = metadata.get("provenance") or {}
     if provenance.get("kind") == "training":
         recipe = ", ".join(provenance.get("gin_files") or []) or "bindings only"
@@ -154,7 +155,8 @@ def _provenance(metadata):
     return "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
-def _dev_results(metadata):
+def dev_results_section(metadata):
+    """The run's dev figures as a table (or why there are none)."""
     results = (metadata.get("provenance") or {}).get("dev_results") or []
     if not results:
         reason = ("No dev evaluation ran in training (`train.evaluators`)"
@@ -205,11 +207,11 @@ output `{metadata['signature']['output']}`. The machine-readable record is `{MET
 
 | | |
 |---|---|
-{_provenance(metadata)}
+{provenance_table(metadata)}
 
 ## How well it does
 
-{_dev_results(metadata)}
+{dev_results_section(metadata)}
 
 ## How to load it
 

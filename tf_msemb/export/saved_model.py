@@ -76,7 +76,7 @@ class _Parts:
         self.tokenizer, self.encoder, self.packed = tokenizer, encoder, packed
 
 
-def _backing(variables):
+def backing_variables(variables):
     """The `tf.Variable`s behind Keras variables (plain `tf.Variable`s stay), without repeats."""
     backing = {}
     for variable in variables:
@@ -147,11 +147,11 @@ class EmbeddingModule(tf.Module):
         # One eager call creates any state still missing (weights, dropout
         # seeds) outside the traced functions, where saving can reach it.
         encoder(tokenizer(tf.constant([""])))
-        self.variables = _backing(encoder.variables)
-        self.trainable_variables = _backing(encoder.trainable_variables)
+        self.variables = backing_variables(encoder.variables)
+        self.trainable_variables = backing_variables(encoder.trainable_variables)
         self.regularization_losses = []
         listed = {id(variable) for variable in self.variables}
-        read = _backing(variable for function in (self.__call__, self.serve)
+        read = backing_variables(variable for function in (self.__call__, self.serve)
                         for variable in function.get_concrete_function().variables)
         self.inference_variables = [variable for variable in read if id(variable) not in listed]
         check = [CpuCheck(self.cpu_requirements, precision)] if self.cpu_requirements else []
@@ -260,6 +260,16 @@ class EmbeddingModule(tf.Module):
     def serve(self, inputs):
         """The `serving_default` signature: `inputs` -> `outputs`."""
         return {OUTPUT_KEY: self._embed(inputs, False, differentiable=False)}
+
+
+def resolve_export(path):
+    """An export directory, or a training `model_dir` (then its `export/final`)."""
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    final = os.path.join(path, "export", "final")
+    if os.path.exists(os.path.join(final, "saved_model.pb")):
+        return final
+    raise FileNotFoundError(f"No SavedModel at {path} nor at {final}.")
 
 
 def internal_ops(path):

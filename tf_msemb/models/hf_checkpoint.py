@@ -202,8 +202,10 @@ def load_backbone(directory, config=None):
     backbone_class, converter_name = ARCHITECTURES[config["model_type"]]
     converter = internals[converter_name]
     activation, epsilon = _numerics(config, os.path.join(directory, "config.json"), internals)
-    backbone = backbone_class(**converter.convert_backbone_config(config), hidden_activation=activation,
-                              layer_norm_epsilon=epsilon)
+    arguments = converter.convert_backbone_config(config)
+    if config["model_type"] == "bert":  # keras-hub's converter leaves BertBackbone's 2 token types as they are
+        arguments["num_segments"] = config.get("type_vocab_size", 2)
+    backbone = backbone_class(**arguments, hidden_activation=activation, layer_norm_epsilon=epsilon)
     with internals["loader"](directory) as loader:
         converter.convert_weights(backbone, loader, config)
     return backbone

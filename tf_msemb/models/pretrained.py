@@ -186,6 +186,9 @@ def _json_tokenizer(json_file, pipeline, options):
     """The `tokenizer_json` tokenizer for the file's model kind, with `pipeline`'s options."""
     classes = {"wordpiece": tokenizer_json.JsonWordPieceTokenizer, "bpe": tokenizer_json.JsonByteLevelBPETokenizer,
                "unigram": tokenizer_json.JsonUnigramTokenizer}
+    # A file that runs normalize_text itself (as tf_msemb writes one) normalizes whatever the caller asked.
+    options = options | {"normalize": options.get("normalize") or pipeline.get("normalize", False)}
+    pipeline = {key: value for key, value in pipeline.items() if key != "normalize"}
     return classes[tokenizer_json.model_kind(json_file)](json_file, **pipeline, **options)
 
 

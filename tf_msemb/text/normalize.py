@@ -17,12 +17,20 @@ DASHES = "\u2012\u2013\u2014\u2015\u2e3a\u2e3b\ufe58\ufe31\ufe32"
 
 # NFKC turns a double prime into two primes and an acute accent (often typed
 # for an apostrophe) into space + combining acute; those sequences count too.
-_REPLACEMENTS = (
+REPLACEMENTS = (
     (f"\u2032\u2032|\u2035\u2035|[{DOUBLE_QUOTES}]", '"'),
     (f" \u0301|[{SINGLE_QUOTES}]", "'"),
     (f"[{HYPHENS}]", "-"),
     (f"[{DASHES}]", "\u2014"),
 )
+
+
+# Removed outright: the soft hyphen (invisible, and inside words).
+SOFT_HYPHEN = "\u00ad"
+# RE2's `\s` (runs of it become one space) and what `tf.strings.strip` strips (ASCII whitespace, `\v` too):
+# named so that `huggingface_steps` writes the same steps for Hugging Face tokenizers.
+WHITESPACE = "\t\n\f\r "
+STRIPPED = "\t\n\v\f\r "
 
 
 def normalize_text(texts):
@@ -35,8 +43,19 @@ def normalize_text(texts):
         texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
     )
     texts = tf_text.normalize_utf8(texts, "NFKC")
-    for pattern, symbol in _REPLACEMENTS:
+    for pattern, symbol in REPLACEMENTS:
         texts = tf.strings.regex_replace(texts, pattern, symbol)
-    texts = tf.strings.regex_replace(texts, "\u00ad", "")
-    texts = tf.strings.regex_replace(texts, r"\s+", " ")
+    texts = tf.strings.regex_replace(texts, SOFT_HYPHEN, "")
+    texts = tf.strings.regex_replace(texts, f"[{WHITESPACE}]+", " ")
     return tf.strings.strip(texts)
+
+
+def huggingface_steps():
+    """`normalize_text` as Hugging Face `tokenizers` normalizers (`tokenizer.json`; Oniguruma regexes over the same
+    characters), in order. Invalid UTF-8, which `normalize_text` repairs first, cannot reach a Python tokenizer."""
+    def replace(pattern, content):
+        return {"type": "Replace", "pattern": {"Regex": pattern}, "content": content}
+
+    strip = f"[{STRIPPED}]+"
+    return ([{"type": "NFKC"}] + [replace(pattern, symbol) for pattern, symbol in REPLACEMENTS]
+            + [replace(SOFT_HYPHEN, ""), replace(f"[{WHITESPACE}]+", " "), replace(f"\\A{strip}|{strip}\\z", "")])

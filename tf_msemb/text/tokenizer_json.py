@@ -26,6 +26,7 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from tf_msemb.text import normalize
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import spaces_to_blanks
 from tf_msemb.text.hf_tokenizers import tokenizer_json_ids
@@ -34,6 +35,10 @@ from tf_msemb.text.tokenizers import WordPieceTokenizer
 from tf_msemb.text.tokenizers import _read_bytes
 
 MODEL_KINDS = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
+# SentencePiece's own whitespace handling (remove_extra_whitespaces: runs of the plain space as one, none at the
+# ends) as `tokenizers` normalizers, as `text.tokenizer_files` writes them for a model run without normalize_text.
+SENTENCEPIECE_SPACES = ({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+                        {"type": "Replace", "pattern": {"Regex": "\\A +| +\\z"}, "content": ""})
 
 
 def read_tokenizer_json(path):
@@ -89,6 +94,11 @@ def pipeline_options(path):
     pre_tokenizers = _parts(document.get("pre_tokenizer"), "pretokenizers")
     bos, eos = _special_pair(path, document)
     options = {"bos_token": bos, "eos_token": eos}
+    # `normalize_text` in front (as `text.tokenizer_files` writes it for a tokenizer that runs it).
+    steps = normalize.huggingface_steps()
+    if normalizers[:len(steps)] == steps:
+        options["normalize"] = True
+        normalizers = normalizers[len(steps):]
     if kind == "wordpiece":
         if len(normalizers) != 1 or normalizers[0]["type"] != "BertNormalizer" \
                 or not normalizers[0].get("clean_text", True):
@@ -101,23 +111,31 @@ def pipeline_options(path):
                           "strip_accents": normalizer.get("strip_accents"),
                           "split_cjk": normalizer.get("handle_chinese_chars", True),
                           "max_word_characters": document["model"].get("max_input_chars_per_word", 100)}
-    # A Unigram model's Precompiled table is SentencePiece's own normalization; nothing else is reproduced.
-    allowed = ("Precompiled",) if kind == "unigram" else ()
-    unsupported = [n for n in normalizers if n["type"] not in allowed] + normalizers[1:]
-    if unsupported:
-        raise _unsupported(path, "normalizer", unsupported[0], kind)
     if kind == "bpe":
+        if normalizers:
+            raise _unsupported(path, "normalizer", normalizers[0], kind)
         if len(pre_tokenizers) != 1 or pre_tokenizers[0]["type"] != "ByteLevel" \
                 or not pre_tokenizers[0].get("use_regex", True):
             raise _unsupported(path, "pre_tokenizer", (pre_tokenizers or [{"type": None}])[0], kind)
         return options | {"add_prefix_space": pre_tokenizers[0].get("add_prefix_space", False)}
-    # Unigram: SentencePiece's own splitting is a whitespace split, then a `▁` before each word.
+    # Unigram: SentencePiece's own space handling (which the model built from the file does anyway), lower-casing,
+    # and the `Precompiled` table (SentencePiece's own normalization), in this order; nothing else is reproduced.
+    if [dict(n) for n in normalizers[:2]] == [dict(n) for n in SENTENCEPIECE_SPACES]:
+        normalizers = normalizers[2:]
+    if normalizers and normalizers[0]["type"] == "Lowercase":
+        options["lowercase"] = True
+        normalizers = normalizers[1:]
+    unsupported = [n for n in normalizers if n["type"] != "Precompiled"] + normalizers[1:]
+    if unsupported:
+        raise _unsupported(path, "normalizer", unsupported[0], kind)
+    # SentencePiece's own splitting: a `▁` before each word, after a split at every space (XLM-R) or at the plain
+    # space only (a from-scratch model's).
     steps = [p["type"] for p in pre_tokenizers]
     metaspace = pre_tokenizers[-1] if steps in (["Metaspace"], ["WhitespaceSplit", "Metaspace"]) else None
     if metaspace is None or metaspace.get("replacement", "\u2581") != "\u2581" \
             or metaspace.get("prepend_scheme", "always") != "always" or not metaspace.get("split", True):
         raise _unsupported(path, "pre_tokenizer", (pre_tokenizers or [{"type": None}])[-1], kind)
-    return options
+    return options | {"whitespace_split": steps[0] == "WhitespaceSplit"}
 
 
 class JsonWordPieceTokenizer(WordPieceTokenizer):
@@ -208,7 +226,7 @@ def unigram_model_proto(path, document=None):
     """A SentencePiece `ModelProto` (serialized) of the Unigram model in `path`, ids as in the file.
 
     Special tokens (`added_tokens` marked special) become control pieces,
-    never produced from text; the `Precompiled` normalizer's table becomes
+    never produced from text, other added tokens user-defined ones, never split; the `Precompiled` normalizer's table becomes
     SentencePiece's own, with its whitespace handling (one `▁` before each
     word, runs of spaces as one).
     """
@@ -224,13 +242,15 @@ def unigram_model_proto(path, document=None):
     if unk_id is None:
         raise ValueError(f"{path}: the Unigram model has no unk_id.")
     special = {token["id"] for token in document.get("added_tokens", []) if token.get("special")}
+    # Other added tokens (a from-scratch model's <2xx>) are taken whole wherever they occur, as `tokenizers` does.
+    whole = {token["id"] for token in document.get("added_tokens", []) if not token.get("special")}
     proto = sentencepiece_model_pb2.ModelProto()
     piece_type = sentencepiece_model_pb2.ModelProto.SentencePiece
     for i, (piece, score) in enumerate(model["vocab"]):
         entry = proto.pieces.add()
         entry.piece, entry.score = piece, score
         entry.type = (piece_type.UNKNOWN if i == unk_id else piece_type.CONTROL if i in special
-                      else piece_type.NORMAL)
+                      else piece_type.USER_DEFINED if i in whole else piece_type.NORMAL)
     proto.trainer_spec.model_type = sentencepiece_model_pb2.TrainerSpec.UNIGRAM
     proto.trainer_spec.unk_id = unk_id
     proto.trainer_spec.unk_piece = model["vocab"][unk_id][0]
@@ -248,19 +268,24 @@ def unigram_model_proto(path, document=None):
 class JsonUnigramTokenizer(SubwordTokenizer):
     """A `tokenizer.json` Unigram model (XLM-R's) run by SentencePiece, with the file's ids.
 
-    Every Unicode space is a word break first, as the reference's whitespace
-    split (see `FairseqSentencePieceTokenizer` for the one known difference).
+    With `whitespace_split` every Unicode space is a word break first, as
+    the reference's whitespace split (see `FairseqSentencePieceTokenizer` for
+    the one known difference); without, only the plain space is (a
+    from-scratch SentencePiece model's file).
 
     Args:
         tokenizer_file: the `tokenizer.json`; the model built from it is embedded in the graph.
         bos_token, eos_token: the tokens around each text (XLM-R: `<s>`, `</s>`).
+        whitespace_split: every Unicode space breaks words (XLM-R's `WhitespaceSplit`).
+        lowercase: lower-case the text (UTF-8 aware, after `normalize`).
     """
 
     def __init__(self, tokenizer_file, bos_token="<s>", eos_token="</s>", max_length=128, add_bos=True, add_eos=True,
-                 normalize=False, **kwargs):
+                 normalize=False, whitespace_split=True, lowercase=False, **kwargs):
         super().__init__(max_length=max_length, add_bos=add_bos, add_eos=add_eos, normalize=normalize, **kwargs)
         self.tokenizer_file = os.fspath(tokenizer_file)
         self.bos_token, self.eos_token = bos_token, eos_token
+        self.whitespace_split, self.lowercase = whitespace_split, lowercase
         document = read_tokenizer_json(self.tokenizer_file)
         self.proto = unigram_model_proto(self.tokenizer_file, document)
         ids, self.unk_id, self._vocabulary_size = tokenizer_json_ids(self.tokenizer_file, document)
@@ -279,11 +304,14 @@ class JsonUnigramTokenizer(SubwordTokenizer):
         return self._vocabulary_size
 
     def _tokenize_normalized(self, texts):
-        return self._sentencepiece().tokenize(spaces_to_blanks(texts))
+        if self.lowercase:
+            texts = tf.strings.lower(texts, encoding="utf-8")
+        return self._sentencepiece().tokenize(spaces_to_blanks(texts) if self.whitespace_split else texts)
 
     def get_config(self):
         config = super().get_config()
-        config.update(tokenizer_file=self.tokenizer_file, bos_token=self.bos_token, eos_token=self.eos_token)
+        config.update(tokenizer_file=self.tokenizer_file, bos_token=self.bos_token, eos_token=self.eos_token,
+                      whitespace_split=self.whitespace_split, lowercase=self.lowercase)
         return config
 
     @property
