@@ -216,3 +216,21 @@ def test_what_has_no_sentence_transformers_form_is_refused_naming_it(tokenizer, 
     roberta_tokenizer, roberta = load_pretrained(os.path.join(FIXTURES, "roberta"))
     with pytest.raises(ValueError, match="ByteLevelBPETokenizer is not written as Hugging Face tokenizer files"):
         write_sentence_transformers(roberta_tokenizer, roberta, str(tmp_path / "b"))
+
+
+@pytest.mark.parametrize("name", ["bert_wordpiece_uncased", "distilbert", "xlm_roberta", "roberta"])
+def test_the_transformers_checkpoint_reads_back_to_the_same_token_states(name, tmp_path):
+    """Every architecture's weights as written, read by `hf_checkpoint` (checked against transformers by the
+    fixtures): RoBERTa's too, whose two-file tokenizer no directory is written with."""
+    from safetensors.numpy import save_file
+
+    from tf_msemb.export.transformers_weights import transformers_checkpoint
+    from tf_msemb.models.hf_checkpoint import load_backbone
+
+    tokenizer, encoder = load_pretrained(os.path.join(FIXTURES, name))
+    config, tensors = transformers_checkpoint(encoder.backbone, pad_token_id=tokenizer.pad_id)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    features = tokenizer(tf.constant(SENTENCES[:12]))
+    again = type(encoder)(load_backbone(str(tmp_path)), pooling=encoder.pooling_spec, normalize=encoder.normalize)
+    np.testing.assert_allclose(again(features).numpy(), encoder(features).numpy(), atol=1e-5)
