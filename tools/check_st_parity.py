@@ -1,7 +1,7 @@
 """Compares a sentence-transformers directory written by tools/export_hf.py with the export it came from.
 
     python tools/check_st_parity.py --export=runs/minilm_export --directory=runs/minilm_st \
-        [--sentences=my_sentences.txt] [--peer_python=/path/to/st-venv/bin/python]
+        [--sentences=my_sentences.txt --per_file=200] [--peer_python=/path/to/st-venv/bin/python]
 
 The export encodes in this process; `SentenceTransformer(directory).encode`,
 transformers' `AutoTokenizer` and `AutoModel` run in `--peer_python` (any
@@ -33,6 +33,7 @@ from tf_msemb.text_files import read_lines
 flags.DEFINE_string("export", None, "The export (or training run) the directory was written from.")
 flags.DEFINE_string("directory", None, "The sentence-transformers directory.")
 flags.DEFINE_multi_string("sentences", [], "Text files, one sentence a line (default: a few built-in sentences).")
+flags.DEFINE_integer("per_file", 200, "Sentences read from each --sentences file: its first ones.")
 flags.DEFINE_string("peer_python", None, "Interpreter with sentence-transformers and torch (default: this one).")
 flags.mark_flags_as_required(["export", "directory"])
 FLAGS = flags.FLAGS
@@ -43,7 +44,8 @@ def main(argv):
     del argv
     python = FLAGS.peer_python or sys.executable
     interpreter.require(python, ["sentence_transformers", "torch"], "sentence-transformers and torch")
-    sentences = [line for path in FLAGS.sentences for line in read_lines(path)] or list(PROBE_SENTENCES)
+    sentences = [line for path in FLAGS.sentences for line in read_lines(path)[:FLAGS.per_file]] or list(
+        PROBE_SENTENCES)
     directory = os.path.abspath(FLAGS.directory)
     with tempfile.TemporaryDirectory() as work:
         requests, results = os.path.join(work, "requests.json"), os.path.join(work, "results.json")

@@ -234,3 +234,16 @@ def test_the_transformers_checkpoint_reads_back_to_the_same_token_states(name, t
     features = tokenizer(tf.constant(SENTENCES[:12]))
     again = type(encoder)(load_backbone(str(tmp_path)), pooling=encoder.pooling_spec, normalize=encoder.normalize)
     np.testing.assert_allclose(again(features).numpy(), encoder(features).numpy(), atol=1e-5)
+
+
+def test_a_training_run_s_card_holds_its_recipe_and_dev_figures(export, tmp_path):
+    tokenizer, encoder, metadata = keras_parts(export)
+    metadata = metadata | {"training_step": 200, "objective": {"class": "TranslationRanking"}, "provenance": {
+        "kind": "training", "gin_files": ["configs/quickstart.gin"], "gin_params": [], "num_steps": 200,
+        "global_batch_size": 32, "data": [], "dev_results": [{"step": 100, "retrieval/mean_recall@1": 0.5},
+                                                               {"step": 200, "retrieval/mean_recall@1": 0.625}]}}
+    directory = write_sentence_transformers(tokenizer, encoder, str(tmp_path / "run_st"), metadata=metadata)
+    card = open(os.path.join(directory, "README.md"), encoding="utf-8").read()
+    assert "| recipe | configs/quickstart.gin |" in card and "| objective | TranslationRanking |" in card
+    assert "| 100 | 0.5000 |" in card and "| 200 | 0.6250 |" in card
+    assert not os.path.exists(directory + ".partial")
