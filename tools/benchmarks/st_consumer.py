@@ -12,10 +12,10 @@ warning transformers logged or Python raised while `AutoModel` and
 `AutoTokenizer` loaded it.
 """
 
+import argparse
 import io
 import json
 import logging
-import sys
 import warnings
 
 
@@ -49,4 +49,8 @@ def main(requests_file, results_file):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("requests", help="JSON: {\"sentences\": [...], \"directories\": [...]}")
+    parser.add_argument("results", help="JSON written: per directory its vectors, token ids and warnings")
+    args = parser.parse_args()
+    main(args.requests, args.results)
