@@ -38,9 +38,9 @@ def read_npz(path):
         return dict(np.load(io.BytesIO(f.read())))
 
 
-def write_json_atomically(path, content, indent=None):
+def write_json_atomically(path, content, indent=None, ensure_ascii=True):
     """`json.dump` of `content` to `path`, whole or not at all."""
-    text = json.dumps(content, indent=indent)
+    text = json.dumps(content, indent=indent, ensure_ascii=ensure_ascii)
 
     def write(partial):
         with tf.io.gfile.GFile(partial, "w") as f:

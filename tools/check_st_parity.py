@@ -27,7 +27,9 @@ from tf_msemb import interpreter
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model
 from tf_msemb.export.reload import PROBE_SENTENCES
-from tf_msemb.export.reload import keras_parts
+from tf_msemb.export.reload import read_metadata
+from tf_msemb.export.reload import rebuild_tokenizer
+from tf_msemb.export.saved_model import resolve_export
 from tf_msemb.text_files import read_lines
 
 flags.DEFINE_string("export", None, "The export (or training run) the directory was written from.")
@@ -59,7 +61,8 @@ def main(argv):
     ours = ours[:, :theirs.shape[1]]
     norms = np.maximum(np.linalg.norm(theirs, axis=1) * np.linalg.norm(ours, axis=1), 1e-12)
     cosine = (theirs * ours).sum(1) / norms
-    tokenizer, _, _ = keras_parts(FLAGS.export)
+    export = resolve_export(FLAGS.export)
+    tokenizer = rebuild_tokenizer(export, read_metadata(export)["tokenizer"])
     ids = tokenizer.tokenize(sentences).to_list()
     same = sum(a == b for a, b in zip(ids, result["ids"]))
     warnings = [line for line in result["log"].splitlines() if line.strip()] + result["warnings"]

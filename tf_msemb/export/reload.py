@@ -21,6 +21,7 @@ from tf_msemb.export.saved_model import resolve_export
 from tf_msemb.models import heads  # noqa: F401  (registers the classes a metadata's encoder may name)
 from tf_msemb.models import hf_checkpoint  # noqa: F401
 from tf_msemb.models.encoder import ensure_built
+from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.text import hf_tokenizers
 from tf_msemb.text import tokenizer_json
 from tf_msemb.text import tokenizers
@@ -98,8 +99,6 @@ PROBE_SENTENCES = (
 
 def rebuild_cosine(path, tokenizer, encoder, output_dim=None, sentences=PROBE_SENTENCES):
     """The smallest cosine between the export's vectors and those of its rebuilt Keras model over `sentences`."""
-    from tf_msemb.models.encoder import l2_normalize
-
     model = tf.saved_model.load(resolve_export(path))
     exported = model(tf.constant(list(sentences))).numpy()
     rebuilt = encoder(tokenizer(tf.constant(list(sentences))))

@@ -15,12 +15,12 @@ several modes in an order of its own needs 6.x's `pooling_mode` list).
 `models.pretrained.load_pretrained` reads it back.
 """
 
-import json
 import os
 import shutil
 
 import numpy as np
 
+from tf_msemb.files import write_json_atomically
 from tf_msemb.export.model_card import dev_results_section
 from tf_msemb.export.model_card import provenance_table
 from tf_msemb.export.saved_model import OPERATIVE_CONFIG
@@ -45,9 +45,7 @@ DEFAULT_PROMPT_NAME = "default"
 
 
 def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, indent=2)
-        f.write("\n")
+    write_json_atomically(path, value, indent=2, ensure_ascii=False)
 
 
 def _save_tensors(path, tensors):
@@ -98,8 +96,13 @@ def modules_of(encoder):
     return current, dense
 
 
+def _modes(embedder):
+    """sentence-transformers' pooling modes of `embedder`, in its concatenation order."""
+    return [POOLING_MODES[name] for name in embedder.pooling_spec.split("+")]
+
+
 def _pooling_config(embedder):
-    modes = [POOLING_MODES[name] for name in embedder.pooling_spec.split("+")]
+    modes = _modes(embedder)
     config = {"word_embedding_dimension": int(embedder.hidden_dim)}
     legacy = [mode for mode in LEGACY_FLAGS if mode in modes]
     if legacy == modes:
@@ -190,7 +193,7 @@ def _module_lines(embedder, dense, config, tokenizer):
     lines = [f"(0): Transformer: {config['architectures'][0]}, {config.get('num_hidden_layers', config.get('n_layers'))} "
              f"layers, {config.get('hidden_size', config.get('dim'))} wide, {config['vocab_size']} tokens "
              f"({type(tokenizer).__name__}), max_seq_length {tokenizer.max_length}",
-             f"(1): Pooling: {', '.join(POOLING_MODES[n] for n in embedder.pooling_spec.split('+'))}, "
+             f"(1): Pooling: {', '.join(_modes(embedder))}, "
              f"{embedder.output_dim} wide"]
     for layer in dense:
         activation = getattr(layer.activation, "__name__", "")
@@ -219,7 +222,7 @@ def render_card(name, tokenizer, encoder, embedder, dense, config, st_config, fi
     if metadata.get("compute_precision") not in (None, "float32"):
         rows.append(("precision", f"float32 weights (the export computed in {metadata['compute_precision']})"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    pooling = " + ".join(POOLING_MODES[n] for n in embedder.pooling_spec.split("+"))
+    pooling = " + ".join(_modes(embedder))
     training = ""
     if metadata:
         training = f"""

@@ -21,6 +21,8 @@ Tensors are named as the bare model saves them (`embeddings.*`,
 checkpoint without a missing weight (sentence embeddings never read it).
 """
 
+import keras
+import keras_hub
 import numpy as np
 
 from tf_msemb.models.backbone import TransformerBackbone
@@ -37,8 +39,6 @@ def _array(variable):
 
 def _architecture(backbone):
     """`"bert"`, `"distilbert"`, `"xlm-roberta"` or `"roberta"` for the backbone's class, else a ValueError."""
-    import keras_hub
-
     if isinstance(backbone, (TransformerBackbone, keras_hub.models.BertBackbone)):
         return "bert"
     if isinstance(backbone, keras_hub.models.DistilBertBackbone):
@@ -54,8 +54,6 @@ def _architecture(backbone):
 
 def _numerics(backbone):
     """(transformers `hidden_act`, layer-norm epsilon) the backbone computes with; one of each, post-LN."""
-    import keras
-
     layers = backbone.transformer_layers
     names = {layer._feedforward_intermediate_dense.activation.__name__ for layer in layers}
     epsilons = {float(norm.epsilon) for norm in backbone._flatten_layers(include_self=False)

@@ -20,13 +20,13 @@ written (transformers 4 and 5 alike).
 """
 
 import base64
-import json
 import os
 import shutil
 
 import sentencepiece
 from sentencepiece import sentencepiece_model_pb2
 
+from tf_msemb.files import write_json_atomically
 from tf_msemb.text import normalize
 from tf_msemb.text import tokenizer_json
 from tf_msemb.text import vocabulary
@@ -73,12 +73,6 @@ def _document(added_tokens, normalizer, pre_tokenizer, post_processor, decoder, 
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added_tokens,
             "normalizer": normalizer, "pre_tokenizer": pre_tokenizer, "post_processor": post_processor,
             "decoder": decoder, "model": model}
-
-
-def _write_json(path, value):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(value, f, ensure_ascii=False, indent=2)
-        f.write("\n")
 
 
 def _wordpiece(tokenizer, directory):
@@ -218,6 +212,6 @@ def write_tokenizer_files(tokenizer, directory):
                          "WordPieceTokenizer (and JsonWordPieceTokenizer), FairseqSentencePieceTokenizer, "
                          "SentencePieceTokenizer, JsonUnigramTokenizer.")
     config["model_max_length"] = tokenizer.max_length
-    _write_json(os.path.join(directory, TOKENIZER_FILE), document)
-    _write_json(os.path.join(directory, TOKENIZER_CONFIG_FILE), config)
+    write_json_atomically(os.path.join(directory, TOKENIZER_FILE), document, indent=2, ensure_ascii=False)
+    write_json_atomically(os.path.join(directory, TOKENIZER_CONFIG_FILE), config, indent=2, ensure_ascii=False)
     return [TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, *files]
