@@ -3,6 +3,8 @@ previous file or none, never a part (any TensorFlow file system: local, `gs://`,
 
 import io
 import json
+import os
+import shutil
 import uuid
 
 import numpy as np
@@ -47,3 +49,19 @@ def write_json_atomically(path, content, indent=None, ensure_ascii=True):
             f.write(text)
 
     write_atomically(path, write)
+
+
+def write_directory_atomically(directory, write):
+    """Calls `write(temporary directory)` (a fresh `<directory>.partial`), then replaces `directory` with it; a
+    failed write leaves the previous directory or none (local file systems)."""
+    partial = f"{directory.rstrip(os.sep)}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    try:
+        write(partial)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(directory, ignore_errors=True)
+    os.rename(partial, directory)
+    return directory

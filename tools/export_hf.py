@@ -18,40 +18,21 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
 from absl import flags
 
-from tf_msemb.cpus import MachineError
-from tf_msemb.export.reload import keras_parts
-from tf_msemb.export.reload import rebuild_cosine
-from tf_msemb.export.saved_model import check_loadable
-from tf_msemb.export.saved_model import resolve_export
+from tf_msemb.export.reload import checked_parts
 from tf_msemb.export.st_directory import write_sentence_transformers
 
 flags.DEFINE_string("model", None, "An export directory, or a training run's model_dir (its export/final).")
 flags.DEFINE_string("output", None, "The sentence-transformers directory to write (replaced if it exists).")
 flags.mark_flags_as_required(["model", "output"])
 FLAGS = flags.FLAGS
-# A float32 export and its rebuilt Keras model compute the same function: anything below this is a wrong rebuild.
-MIN_COSINE = 0.9999
 
 
 def main(argv):
     del argv
-    path = resolve_export(FLAGS.model)
-    tokenizer, encoder, metadata = keras_parts(path)
-    output_dim = metadata.get("embedding_dim") if metadata.get("embedding_dim") != metadata.get(
-        "full_embedding_dim") else None
-    precision = metadata.get("compute_precision", "float32")
-    try:
-        check_loadable(path)
-    except MachineError as e:
-        print(f"Not compared with the export ({e}); written from its weights.")
-    else:
-        cosine = rebuild_cosine(path, tokenizer, encoder, output_dim)
-        print(f"The rebuilt model against the export ({precision}): min cosine {cosine:.6f} over the probe sentences.")
-        if precision == "float32" and cosine < MIN_COSINE:
-            raise ValueError(f"{path}: the model rebuilt from its metadata gives other vectors than the export "
-                             f"(cosine {cosine:.6f} < {MIN_COSINE}); not written.")
-    write_sentence_transformers(tokenizer, encoder, FLAGS.output, output_dim=output_dim, metadata=metadata,
-                                source=path)
+    parts = checked_parts(FLAGS.model)
+    print(parts.check)
+    write_sentence_transformers(parts.tokenizer, parts.encoder, FLAGS.output, output_dim=parts.output_dim,
+                                metadata=parts.metadata, source=parts.path)
     print(f"Wrote sentence-transformers directory: {FLAGS.output}")
 
 

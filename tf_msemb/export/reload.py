@@ -9,14 +9,17 @@ an export can be written in another format (`export.st_directory`) with the
 weights it serves.
 """
 
+import collections
 import json
 import os
 
 import keras
 import tensorflow as tf
 
+from tf_msemb.cpus import MachineError
 from tf_msemb.export.model_card import METADATA_FILE
 from tf_msemb.export.saved_model import backing_variables
+from tf_msemb.export.saved_model import check_loadable
 from tf_msemb.export.saved_model import resolve_export
 from tf_msemb.models import heads  # noqa: F401  (registers the classes a metadata's encoder may name)
 from tf_msemb.models import hf_checkpoint  # noqa: F401
@@ -104,3 +107,35 @@ def rebuild_cosine(path, tokenizer, encoder, output_dim=None, sentences=PROBE_SE
     rebuilt = encoder(tokenizer(tf.constant(list(sentences))))
     rebuilt = l2_normalize(rebuilt[:, :output_dim] if output_dim else rebuilt).numpy()
     return float((exported * rebuilt).sum(axis=1).min())
+
+
+# A float32 export and its rebuilt Keras model compute the same function: anything below this is a wrong rebuild.
+MIN_REBUILD_COSINE = 0.9999
+CheckedParts = collections.namedtuple("CheckedParts", "path tokenizer encoder metadata output_dim check")
+
+
+def checked_parts(model):
+    """`CheckedParts` of an export or a training run's `model_dir` (its `export/final`), for writing it elsewhere.
+
+    The rebuilt Keras model is checked against the export on `PROBE_SENTENCES`
+    (`check`: the line saying how it went); a float32 export below
+    `MIN_REBUILD_COSINE` raises. `output_dim` is the export's cut, or None.
+    An export this machine cannot load (`MachineError`) is written from its
+    weights unchecked.
+    """
+    path = resolve_export(model)
+    tokenizer, encoder, metadata = keras_parts(path)
+    output_dim = metadata.get("embedding_dim") if metadata.get("embedding_dim") != metadata.get(
+        "full_embedding_dim") else None
+    precision = metadata.get("compute_precision", "float32")
+    try:
+        check_loadable(path)
+    except MachineError as e:
+        check = f"Not compared with the export ({e}); written from its weights."
+    else:
+        cosine = rebuild_cosine(path, tokenizer, encoder, output_dim)
+        check = f"The rebuilt model against the export ({precision}): min cosine {cosine:.6f} over the probe sentences."
+        if precision == "float32" and cosine < MIN_REBUILD_COSINE:
+            raise ValueError(f"{path}: the model rebuilt from its metadata gives other vectors than the export "
+                             f"(cosine {cosine:.6f} < {MIN_REBUILD_COSINE}); not written.")
+    return CheckedParts(path, tokenizer, encoder, metadata, output_dim, check)

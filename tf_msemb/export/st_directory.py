@@ -20,6 +20,7 @@ import shutil
 
 import numpy as np
 
+from tf_msemb.files import write_directory_atomically
 from tf_msemb.files import write_json_atomically
 from tf_msemb.export.model_card import dev_results_section
 from tf_msemb.export.model_card import provenance_table
@@ -136,17 +137,8 @@ def write_sentence_transformers(tokenizer, encoder, directory, output_dim=None, 
     config is copied when it has one).
     """
     embedder, dense = modules_of(encoder)
-    final, directory = directory, f"{directory.rstrip(os.sep)}.partial"
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
-    try:
-        _write(tokenizer, encoder, embedder, dense, directory, output_dim, metadata, source)
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(directory, final)
-    return final
+    return write_directory_atomically(directory, lambda partial: _write(
+        tokenizer, encoder, embedder, dense, partial, output_dim, metadata, source))
 
 
 def _write(tokenizer, encoder, embedder, dense, directory, output_dim, metadata, source):

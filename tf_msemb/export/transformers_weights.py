@@ -33,7 +33,7 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": "gelu_new", "relu": "relu"}
 ROBERTA_POSITION_OFFSET = 2
 
 
-def _array(variable):
+def as_array(variable):
     return np.ascontiguousarray(np.asarray(variable.numpy() if hasattr(variable, "numpy") else variable, np.float32))
 
 
@@ -52,7 +52,7 @@ def _architecture(backbone):
                      "XLMRobertaBackbone.")
 
 
-def _numerics(backbone):
+def numerics(backbone):
     """(transformers `hidden_act`, layer-norm epsilon) the backbone computes with; one of each, post-LN."""
     layers = backbone.transformer_layers
     names = {layer._feedforward_intermediate_dense.activation.__name__ for layer in layers}
@@ -75,21 +75,21 @@ def _layer_tensors(layer):
     width = attention.query_dense.kernel.shape[0]
 
     def projection(dense):  # Keras [in, heads, head_dim] -> torch [heads * head_dim, in]
-        return _array(dense.kernel).reshape(width, -1).T, _array(dense.bias).reshape(-1)
+        return as_array(dense.kernel).reshape(width, -1).T, as_array(dense.bias).reshape(-1)
 
     tensors = {}
     for name, dense in (("query", attention.query_dense), ("key", attention.key_dense),
                         ("value", attention.value_dense)):
         tensors[f"attention.self.{name}.weight"], tensors[f"attention.self.{name}.bias"] = projection(dense)
-    tensors["attention.output.dense.weight"] = _array(attention.output_dense.kernel).reshape(-1, width).T
-    tensors["attention.output.dense.bias"] = _array(attention.output_dense.bias)
+    tensors["attention.output.dense.weight"] = as_array(attention.output_dense.kernel).reshape(-1, width).T
+    tensors["attention.output.dense.bias"] = as_array(attention.output_dense.bias)
     norms = (("attention.output.LayerNorm", layer._self_attention_layer_norm),
              ("output.LayerNorm", layer._feedforward_layer_norm))
     for name, norm in norms:
-        tensors[f"{name}.weight"], tensors[f"{name}.bias"] = _array(norm.gamma), _array(norm.beta)
+        tensors[f"{name}.weight"], tensors[f"{name}.bias"] = as_array(norm.gamma), as_array(norm.beta)
     for name, dense in (("intermediate.dense", layer._feedforward_intermediate_dense),
                         ("output.dense", layer._feedforward_output_dense)):
-        tensors[f"{name}.weight"], tensors[f"{name}.bias"] = _array(dense.kernel).T, _array(dense.bias)
+        tensors[f"{name}.weight"], tensors[f"{name}.bias"] = as_array(dense.kernel).T, as_array(dense.bias)
     return {key: np.ascontiguousarray(value) for key, value in tensors.items()}
 
 
@@ -102,7 +102,7 @@ _DISTILBERT_NAMES = {
 }
 
 
-def _embeddings(backbone):
+def embedding_tables(backbone):
     """(token table, position table, token type table or None, embedding norm) of the backbone."""
     if hasattr(backbone, "embeddings"):  # TokenAndPositionEmbedding: TransformerBackbone, DistilBERT, RoBERTa
         positions = backbone.embeddings.position_embedding.position_embeddings
@@ -112,7 +112,7 @@ def _embeddings(backbone):
         positions = backbone.position_embedding.position_embeddings
         tokens = backbone.token_embedding.embeddings
         types = backbone.segment_embedding.embeddings
-    return _array(tokens), _array(positions), None if types is None else _array(types), backbone.embeddings_layer_norm
+    return as_array(tokens), as_array(positions), None if types is None else as_array(types), backbone.embeddings_layer_norm
 
 
 def transformers_checkpoint(backbone, pad_token_id=0, bos_token_id=None, eos_token_id=None):
@@ -123,15 +123,15 @@ def transformers_checkpoint(backbone, pad_token_id=0, bos_token_id=None, eos_tok
     them back the same way); token ids are the tokenizer's.
     """
     kind = _architecture(backbone)
-    activation, epsilon = _numerics(backbone)
-    tokens, positions, types, norm = _embeddings(backbone)
+    activation, epsilon = numerics(backbone)
+    tokens, positions, types, norm = embedding_tables(backbone)
     vocabulary, width = tokens.shape
     layers = backbone.transformer_layers
     heads = layers[0]._self_attention_layer.num_heads
     intermediate = layers[0]._feedforward_intermediate_dense.kernel.shape[1]
     dropout = float(getattr(backbone, "dropout", 0.1))
     tensors = {"embeddings.word_embeddings.weight": tokens,
-               "embeddings.LayerNorm.weight": _array(norm.gamma), "embeddings.LayerNorm.bias": _array(norm.beta)}
+               "embeddings.LayerNorm.weight": as_array(norm.gamma), "embeddings.LayerNorm.bias": as_array(norm.beta)}
     if kind == "distilbert":
         if abs(epsilon - 1e-12) > 1e-15:
             raise ValueError(f"{backbone.name} has layer norm epsilon {epsilon}; DistilBertModel's is fixed at 1e-12.")
@@ -148,8 +148,8 @@ def transformers_checkpoint(backbone, pad_token_id=0, bos_token_id=None, eos_tok
     for i, layer in enumerate(layers):
         tensors.update({f"encoder.layer.{i}.{name}": value for name, value in _layer_tensors(layer).items()})
     pooler = next((layer for layer in backbone.layers if layer.name == "pooled_dense"), None)
-    tensors["pooler.dense.weight"] = _array(pooler.kernel).T.copy() if pooler else np.zeros((width, width), np.float32)
-    tensors["pooler.dense.bias"] = _array(pooler.bias) if pooler else np.zeros((width,), np.float32)
+    tensors["pooler.dense.weight"] = as_array(pooler.kernel).T.copy() if pooler else np.zeros((width, width), np.float32)
+    tensors["pooler.dense.bias"] = as_array(pooler.bias) if pooler else np.zeros((width,), np.float32)
     if kind == "bert":
         types = types if types is not None else np.zeros((1, width), np.float32)
         tensors["embeddings.position_embeddings.weight"] = positions

@@ -11,6 +11,10 @@
   directory's files (`DIRECTORY_TOKENIZERS`, else `text.tokenizer_json`),
   with the reference's token ids, the pooling, Dense and Normalize modules
   and prompts from `st_modules`, or
+- a local keras-hub preset directory (`config.json` a serialized keras-hub
+  backbone, `metadata.json`; a `TextEmbedder` task's `task.json` gives the
+  pooling and normalization, its preprocessor the length), read with
+  keras-hub's own backbone and tokenizer (`keras_hub_settings`), or
 - any keras-hub preset name (e.g. `xlm_roberta_base_multi`, downloaded by
   keras-hub on first use),
 and returns `(tokenizer, encoder)` ready for training, distillation or export.
@@ -55,6 +59,7 @@ def resolve_pretrained(name_or_path):
 
 # What `describe_source` keeps of a directory's config.json: enough to tell one checkpoint from another.
 _IDENTITY_KEYS = ("_name_or_path", "architectures", "model_type", "num_hidden_layers", "hidden_size", "vocab_size")
+_KERAS_HUB_IDENTITY_KEYS = ("num_layers", "hidden_dim", "vocabulary_size")
 
 
 def describe_source(name_or_path):
@@ -77,6 +82,10 @@ def describe_source(name_or_path):
         return {"name": name}
     with open(config_file, encoding="utf-8") as f:
         config = json.load(f)
+    if "registered_name" in config:  # a keras-hub preset: its backbone's class and sizes
+        sizes = config.get("config", {})
+        return {"name": name, "config": {"class_name": config.get("class_name"),
+                                         **{key: sizes[key] for key in _KERAS_HUB_IDENTITY_KEYS if key in sizes}}}
     identity = {key: config[key] for key in _IDENTITY_KEYS
                 if key in config and not (isinstance(config[key], str) and os.path.isabs(config[key]))}
     return {"name": name, "config": identity}
@@ -109,6 +118,29 @@ def sentence_transformers_settings(directory, check_pooling=True):
         "max_length": bert_config.get("max_seq_length") or (
             model_max_length if model_max_length and model_max_length < 1_000_000 else None),
     }
+
+
+# A keras-hub TextEmbedder's pooling_mode -> our pooling.
+KERAS_HUB_POOLINGS = {"mean": "mean", "cls": "first", "max": "max"}
+
+
+def is_keras_hub_preset(directory):
+    """Whether `directory` is a local keras-hub preset (its `config.json` a serialized Keras object)."""
+    config = st_modules.read_json(directory, "config.json") or {}
+    return "registered_name" in config and os.path.exists(os.path.join(directory, "metadata.json"))
+
+
+def keras_hub_settings(directory):
+    """Pooling, normalization and length of a keras-hub preset: its `TextEmbedder` task's, else none (the
+    backbone alone: mean pooling, no normalization, its positions)."""
+    task = (st_modules.read_json(directory, "task.json") or {}).get("config", {})
+    preprocessor = (st_modules.read_json(directory, "preprocessor.json") or {}).get("config", {})
+    mode = task.get("pooling_mode")
+    if mode is not None and mode not in KERAS_HUB_POOLINGS:
+        raise ValueError(f"{os.path.join(directory, 'task.json')} sets pooling_mode {mode!r}; read: "
+                         f"{', '.join(KERAS_HUB_POOLINGS)}.")
+    return {"pooling": KERAS_HUB_POOLINGS.get(mode), "normalize": bool(task.get("normalize", False)),
+            "max_length": preprocessor.get("sequence_length")}
 
 
 # Hugging Face tokenizer class -> (our tokenizer, the files it reads).
@@ -198,7 +230,7 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
     """Returns `(tokenizer, encoder)` for a packaged model, a local directory or a keras-hub preset.
 
     `pooling`, `normalize` (L2, of the final vector) and `max_length`
-    override what the model's sentence-transformers files say (defaults:
+    override what the model's sentence-transformers files or keras-hub task say (defaults:
     mean pooling, no normalization, the backbone's maximum length); a
     directory's Dense modules always apply. `text_normalization`
     runs `text.normalize.normalize_text` (NFKC, one symbol per quote and
@@ -215,28 +247,30 @@ def load_pretrained(name_or_path, max_length=None, pooling=None, normalize=None,
     is_directory = os.path.isdir(source)
     if not is_directory and (os.sep in source or source.startswith(".")):
         raise FileNotFoundError(f"Pretrained model directory not found: {source}")
-    settings = sentence_transformers_settings(source, check_pooling=pooling is None) if is_directory else {}
-    if is_directory:
+    hub_preset = not is_directory or is_keras_hub_preset(source)
+    if hub_preset:
+        settings = keras_hub_settings(source) if is_directory else {}
+        backbone = keras_hub.models.Backbone.from_preset(source)
+    else:
+        settings = sentence_transformers_settings(source, check_pooling=pooling is None)
         config = hf_checkpoint.read_config(source)
         backbone = hf_checkpoint.load_backbone(source, config)
-    else:
-        backbone = keras_hub.models.Backbone.from_preset(source)
     max_length = max_length or settings.get("max_length") or backbone.max_sequence_length
     if max_length > backbone.max_sequence_length:
         raise ValueError(f"max_length {max_length} is longer than {source}'s {backbone.max_sequence_length} "
                          "positions; bind load_pretrained.max_length to at most that.")
-    prompt_text = st_modules.resolve_prompt(source if is_directory else None, prompt)
+    prompt_text = st_modules.resolve_prompt(None if hub_preset else source, prompt)
     if prompt_text and not settings.get("include_prompt", True):
         raise ValueError(f"{settings['pooling_file']} sets include_prompt false (the prompt's tokens left out of "
                          "the pooling), which is not supported; pass load_pretrained.prompt=''.")
-    if is_directory:
+    if hub_preset:
+        tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization, prompt=prompt_text)
+    else:
         prompts, default_name = st_modules.named_prompts(source)
         if not settings.get("include_prompt", True):  # a pooling that leaves prompts out: none offered to callers
             prompts, default_name = {}, None
         tokenizer = directory_tokenizer(source, config["model_type"], settings, max_length, text_normalization,
                                         prompt_text, prompts, default_name)
-    else:
-        tokenizer = KerasHubTokenizer(source, max_length=max_length, normalize=text_normalization, prompt=prompt_text)
     normalize = settings.get("normalize", False) if normalize is None else normalize
     dense = st_modules.dense_layers(source, settings["dense"]) if settings.get("dense") else []
     encoder = Embedder(backbone, pooling=pooling or settings.get("pooling") or "mean",
