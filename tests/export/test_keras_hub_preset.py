@@ -288,3 +288,13 @@ def test_train_pretrained_starts_from_a_keras_hub_preset_and_exports_it_trained(
     assert np.abs(trained - start).max() > 1e-4 and (trained * start).sum(1).min() > 0.9, (trained * start).sum(1)
     card = json.loads((model_dir / "export" / "final" / "tf_msemb_export.json").read_text())
     assert "tiny_bert_embedder" in json.dumps(card["provenance"])
+
+
+def test_a_keras_hub_start_written_back_keeps_keras_hub_s_tokenizer_or_is_refused(keras_hub_written, tmp_path):
+    directory, task = keras_hub_written
+    tokenizer, encoder = load_pretrained(directory)
+    report = write_keras_hub_preset(tokenizer, encoder, str(tmp_path / "again"))
+    assert report["task"] == "BertTextEmbedder" and report["differing"] == {} and report["cosine"] >= 0.9999
+    normalizing, encoder = load_pretrained(directory, text_normalization=True)
+    with pytest.raises(ValueError, match="runs normalize_text before keras-hub's own tokenizer"):
+        write_keras_hub_preset(normalizing, encoder, str(tmp_path / "normalizing"))

@@ -120,7 +120,10 @@ def keras_hub_vocabulary(tokenizer):
     if isinstance(tokenizer, tokenizers.KerasHubTokenizer):
         task = {keras_hub.models.BertTokenizer: "BertTextEmbedder",
                 keras_hub.models.XLMRobertaTokenizer: "XLMRobertaTextEmbedder"}.get(type(tokenizer.hub_tokenizer))
-        if task and not tokenizer.normalize:
+        if task and tokenizer.normalize:
+            raise ValueError("the tokenizer runs normalize_text before keras-hub's own tokenizer, which keras-hub's "
+                             "TextEmbedder does not; start from the preset without text_normalization.")
+        if task:
             return _Vocabulary(task, tokenizer.hub_tokenizer)
     if isinstance(tokenizer, tokenizers.WordPieceTokenizer):
         return _wordpiece(tokenizer)
