@@ -18,12 +18,12 @@ from conftest import REPO
 from conftest import cli_env
 from pretrained_checkpoints import FIXTURES
 from pretrained_checkpoints import load_reference
+from random_weights import scratch_encoder
 from tf_msemb.export import keras_hub_preset
 from tf_msemb.export.keras_hub_preset import write_keras_hub_preset
 from tf_msemb.export.reload import keras_parts
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.models.encoder import SentenceEncoder
-from tf_msemb.models.encoder import l2_normalize
 from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.text.normalize import normalize_text
 from tf_msemb.text.tokenizers import SentencePieceTokenizer
@@ -52,17 +52,8 @@ json.dump(results, open(out, "w"))
 
 
 def _scratch(spm_model):
-    """A from-scratch encoder with weights large enough that a token row in the wrong place shows in its vectors."""
     tokenizer = SentencePieceTokenizer(spm_model, max_length=40)
-    keras.utils.set_random_seed(3)
-    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=32, num_layers=2, num_heads=4,
-                              intermediate_dim=64, max_sequence_length=40)
-    encoder(tokenizer(tf.constant(["x"])))
-    rng = np.random.default_rng(0)
-    for weight in encoder.weights:
-        if "seed_generator" not in weight.path:
-            weight.assign(rng.normal(0.0, 0.2, weight.shape).astype("float32") + ("gamma" in weight.path))
-    return tokenizer, encoder
+    return tokenizer, scratch_encoder(tokenizer)
 
 
 def _parts(kind, spm_model):

@@ -17,6 +17,7 @@ from conftest import REPO
 from conftest import cli_env
 from pretrained_checkpoints import FIXTURES
 from pretrained_checkpoints import load_reference
+from random_weights import scratch_encoder
 from tf_msemb.export.reload import keras_parts
 from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.st_directory import write_sentence_transformers
@@ -49,19 +50,9 @@ FIXTURE_OF = {"minilm": "bert_wordpiece_uncased", "e5_small": "bert_sentencepiec
 
 
 def _scratch(spm_model, lowercase):
-    """A from-scratch encoder with weights large enough that a wrong layer shows in its vectors."""
     tokenizer = SentencePieceTokenizer(spm_model, max_length=40, lowercase=lowercase,
                                        prompt="query: " if lowercase else "")
-    keras.utils.set_random_seed(3)
-    encoder = SentenceEncoder(tokenizer.vocabulary_size, hidden_dim=32, num_layers=2, num_heads=4,
-                              intermediate_dim=64, max_sequence_length=40,
-                              pooling="first+mean" if lowercase else "mean")
-    encoder(tokenizer(tf.constant(["x"])))
-    rng = np.random.default_rng(0)
-    for weight in encoder.weights:
-        if "seed_generator" not in weight.path:
-            weight.assign(rng.normal(0.0, 0.2, weight.shape).astype("float32") + ("gamma" in weight.path))
-    return tokenizer, encoder
+    return tokenizer, scratch_encoder(tokenizer, pooling="first+mean" if lowercase else "mean")
 
 
 def _parts(kind, spm_model):

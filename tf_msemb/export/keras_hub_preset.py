@@ -26,8 +26,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from tf_msemb.export.model_card import dev_results_section
-from tf_msemb.export.model_card import provenance_table
+from tf_msemb.export.model_card import training_sections
 from tf_msemb.export.reload import PROBE_SENTENCES
 from tf_msemb.export.st_directory import modules_of
 from tf_msemb.export.transformers_weights import as_array
@@ -263,19 +262,6 @@ def render_card(name, tokenizer, encoder, embedder, task, metadata=None):
         rows.append(("text normalization", "the model was trained on text through tf_msemb's normalize_text (NFKC, "
                                            "one quote and dash per family), which keras-hub does not run"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-    training = ""
-    if metadata:
-        training = f"""
-## Where it came from
-
-| | |
-|---|---|
-{provenance_table(metadata)}
-
-## How well it does
-
-{dev_results_section(metadata)}
-"""
     return f"""---
 library_name: keras-hub
 pipeline_tag: sentence-similarity
@@ -301,4 +287,4 @@ embedder = keras_hub.models.TextEmbedder.from_preset({name!r})
 vectors = embedder.encode_text(["Hallo Welt", "hello world"])
 print(embedder.similarity(vectors, vectors))
 ```
-{training}"""
+{training_sections(metadata)}"""

@@ -174,6 +174,24 @@ def dev_results_section(metadata):
         + "\n".join(lines) + chosen
 
 
+def training_sections(metadata):
+    """The "Where it came from" and "How well it does" sections of a card written elsewhere (sentence-transformers,
+    keras-hub) from an export's `metadata`; empty without metadata."""
+    if not metadata:
+        return ""
+    return f"""
+## Where it came from
+
+| | |
+|---|---|
+{provenance_table(metadata)}
+
+## How well it does
+
+{dev_results_section(metadata)}
+"""
+
+
 def render(path, metadata):
     """The card of the export at `path` with `metadata`; its snippets name the directory by its base name only."""
     path = os.path.abspath(path)

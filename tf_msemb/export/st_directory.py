@@ -22,8 +22,7 @@ import numpy as np
 
 from tf_msemb.files import write_directory_atomically
 from tf_msemb.files import write_json_atomically
-from tf_msemb.export.model_card import dev_results_section
-from tf_msemb.export.model_card import provenance_table
+from tf_msemb.export.model_card import training_sections
 from tf_msemb.export.saved_model import OPERATIVE_CONFIG
 from tf_msemb.export.transformers_weights import transformers_checkpoint
 from tf_msemb.models.encoder import Embedder
@@ -215,19 +214,6 @@ def render_card(name, tokenizer, encoder, embedder, dense, config, st_config, fi
         rows.append(("precision", f"float32 weights (the export computed in {metadata['compute_precision']})"))
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     pooling = " + ".join(_modes(embedder))
-    training = ""
-    if metadata:
-        training = f"""
-## Where it came from
-
-| | |
-|---|---|
-{provenance_table(metadata)}
-
-## How well it does
-
-{dev_results_section(metadata)}
-"""
     return f"""---
 library_name: sentence-transformers
 pipeline_tag: sentence-similarity
@@ -275,4 +261,4 @@ from transformers import AutoModel, AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained({name!r})
 model = AutoModel.from_pretrained({name!r})
 ```
-{training}"""
+{training_sections(metadata)}"""

@@ -326,6 +326,11 @@ class KerasHubTokenizer(SubwordTokenizer):
         self.unk_id = self.hub_tokenizer.token_to_id(unknown) if unknown else self.pad_id
         self._vocabulary_size = self.hub_tokenizer.vocabulary_size()
 
+    def build(self, input_shape=None):
+        """keras-hub's tokenizer holds no weights: it is built with this layer."""
+        self.hub_tokenizer.build(input_shape)
+        super().build(input_shape)
+
     @property
     def vocabulary_size(self):
         return self._vocabulary_size

@@ -14,7 +14,8 @@ selection, in a process of its own: `one machine` runs
 on the same shards with the same plan (`pipelines.mine.search_plan`);
 `beam, N workers` runs `tf_msemb.pipelines.mine` on DirectRunner's
 multi_processing mode with N worker processes. Peak RSS is the launching process' and the
-largest worker's. The last columns compare each Beam row's pairs with the
+largest worker's (`RUSAGE_CHILDREN`: at least the launcher's peak when the worker started, as Linux
+carries a parent's peak into its children). The last columns compare each Beam row's pairs with the
 one-machine row's: pairs in both, pairs in only one, the largest score
 difference over shared pairs, and the share of planted pairs found.
 Sentences per second count both pools (2n over the wall time).
@@ -31,6 +32,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.interpreter import run_json
+from traffic import peak_rss_mib
 
 flags.DEFINE_multi_integer("size", [100_000], "Sentences per side (random pools; ignored with --pools).")
 flags.DEFINE_string("pools", None, "A make_scale_pools.py output directory to mine instead of random pools.")
@@ -143,7 +145,7 @@ def run_one_machine(n, output):
     with open(output, "w") as f:
         for score, i, j in pairs:
             f.write(f"{score:.6f}\t{src[i]}\t{tgt[j]}\n")
-    return {"seconds": seconds, "launcher_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"seconds": seconds, "launcher_rss_mib": peak_rss_mib()}
 
 
 def run_beam(n, workers, output):
@@ -160,7 +162,7 @@ def run_beam(n, workers, output):
     start = time.perf_counter()
     run(pipeline)
     return {"seconds": time.perf_counter() - start,
-            "launcher_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "launcher_rss_mib": peak_rss_mib(),
             "worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 

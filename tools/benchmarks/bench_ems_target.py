@@ -16,7 +16,6 @@ machine's available memory (MemAvailable) is skipped.
 """
 
 import json
-import resource
 import time
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
@@ -24,6 +23,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.interpreter import run_json
+from traffic import peak_rss_mib
 from tf_msemb.text.vocabulary import CONTROL_IDS
 
 VARIANTS = ("inputs", "one_hot", "segment_sum")
@@ -78,7 +78,7 @@ def run_child(variant):
                 seconds.append(time.perf_counter() - start)
         result["seconds"] = float(np.median(seconds))
         result["checksum"] = float(np.sum(bag @ np.arange(vocabulary_size, dtype=np.float32)))
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mib"] = peak_rss_mib()
     print(json.dumps(result))
 
 

@@ -23,7 +23,6 @@ peak RSS is its own.
 """
 
 import json
-import resource
 import time
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
@@ -31,6 +30,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.interpreter import run_json
+from traffic import peak_rss_mib
 
 ONE_WAY = ("exact", "flat", "ivf", "ivfpq", "hnsw")
 TWO_WAY = {"exact_2way": "float32", "exact_2way_bf16": "bfloat16"}  # kind -> matmul_dtype
@@ -136,7 +136,7 @@ def run_child(n, kind):
         _, exact_ids = search.exact_knn(x[:sample], y, 1)
         result["recall@1"] = float(np.mean(exact_ids[:, 0] == forward_ids[:sample, 0]))
     result["sentences_per_second"] = n / result["seconds"]
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["peak_rss_mib"] = peak_rss_mib()
     print(json.dumps(result))
 
 

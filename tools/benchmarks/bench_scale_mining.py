@@ -37,7 +37,6 @@ exact k nearest are among its best 16 / 32 / 64 / 128 by code (what
 
 import json
 import os
-import resource
 import shutil
 import sys
 import time
@@ -47,6 +46,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.interpreter import run_json
+from traffic import peak_rss_mib
 
 flags.DEFINE_string("pools", None, "A make_scale_pools.py output directory (n<size>).")
 flags.DEFINE_multi_string("codes", ["pq"], "Rows: codes of tf_msemb.mining.approximate.CODES.")
@@ -69,10 +69,6 @@ FLAGS = flags.FLAGS
 
 def _work_dir():
     return FLAGS.work_dir or os.path.join(FLAGS.pools, "bench")
-
-
-def _rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def truth():
@@ -132,7 +128,7 @@ def row(codes):
     search_seconds = time.perf_counter() - start
     scores, xs, ys = run.pairs("max", float(known["threshold"]))
     seconds = time.perf_counter() - start
-    result = {"seconds": seconds, "search_seconds": search_seconds, "rss_mib": _rss_mib(), "pairs": len(scores),
+    result = {"seconds": seconds, "search_seconds": search_seconds, "rss_mib": peak_rss_mib(), "pairs": len(scores),
               "plan": vars(plan), "bytes_per_vector": approximate.bytes_per_vector(run.trained_index("y")),
               "planted_found": len(set(zip(xs.tolist(), ys.tolist())) & set(map(tuple, pairs.tolist()))) / len(pairs)}
     for side, name in (("x", "forward"), ("y", "backward")):
@@ -167,7 +163,7 @@ def sampled_row(run, known, start):
     per_query = (time.perf_counter() - search_start) / searched
     size = len(run.pools["x"]) + len(run.pools["y"])
     result.update(build_seconds=build_seconds, query_ms=1000 * per_query,
-                  seconds=build_seconds + per_query * size, rss_mib=_rss_mib())
+                  seconds=build_seconds + per_query * size, rss_mib=peak_rss_mib())
     return result
 
 

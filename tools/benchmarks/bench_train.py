@@ -34,7 +34,6 @@ language pairs), and the table adds its row and the ratio.
 
 import json
 import os
-import resource
 import sys
 import tempfile
 
@@ -43,6 +42,7 @@ from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 from absl import flags
 
 from tf_msemb.interpreter import run_json
+from traffic import peak_rss_mib
 from peer import missing_note
 from peer import packaged_minilm
 from peer import peer_available
@@ -115,7 +115,7 @@ def run_child():
             evaluators=(),  # training alone: the recipe's dev evaluation would add its time and memory
             best_metric=None,
         )
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_mib()
     print(json.dumps({"pairs_per_second": result["pairs_per_second"], "peak_rss_mib": peak_mib}))
 
 

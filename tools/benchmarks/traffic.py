@@ -10,6 +10,7 @@ batch size into TF Serving's batching limits (`bench_batching.py`).
 
 import os
 import resource
+import sys
 import time
 
 import numpy as np
@@ -18,7 +19,14 @@ SEED = 20261124
 
 
 def peak_rss_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident set in MiB. On Linux `VmHWM`: `ru_maxrss` carries a parent's peak across fork
+    and exec, so a child started by a large parent would report the parent's. macOS gives `ru_maxrss` in bytes."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
 def benchmark_sentences(inputs, limit, max_words):
