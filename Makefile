@@ -3,6 +3,7 @@
 #   make test         # venv + the package with its test, beam and mteb extras, then the suite without the slow
 #                     # tests (about 21 minutes on 2 cores; docs/testing.md)
 #   make test-all     # the same, then the slow ones (recipes trained on real data)
+#   make parallel     # ../shared/data/parallel's corpora as records (runs/parallel/<corpus>), the news dev set held out
 #   make docs         # the documentation site from docs/ (Sphinx + MyST, strict: a broken link or page fails it)
 PYTHON ?= python3.11
 VENV := .venv
@@ -19,7 +20,7 @@ LANGS := en de fr es
 M30K := ../shared/data/multi30k
 M30K_LANGS := en de fr cs
 
-.PHONY: install test test-all quickstart multi30k docs clean
+.PHONY: install test test-all quickstart multi30k parallel docs clean
 
 install: $(FULL)
 
@@ -75,6 +76,20 @@ multi30k: $(BASE)
 		--languages=en,de,fr,cs --vocab_size=8000 --model_prefix=runs/multi30k/spm/m30k
 	$(PY) tools/make_tfrecords.py $(foreach l,$(M30K_LANGS),--input=$(l):$(M30K)/train.$(l).gz) \
 		--pivot=en --output_dir=runs/multi30k/records --prefix=multi30k
+
+# The human-translated corpora of ../shared/data/parallel as records, one manifest a corpus (en-xx pairs). The news
+# test set the dev table's news part reads (NEWS_DEV) is held out of training whole, in every language: each year's
+# English-original half is shared by all its pairs.
+PARALLEL := ../shared/data/parallel
+PARALLEL_OUT ?= runs/parallel
+NEWS_DEV := newstest2014
+parallel: $(BASE)
+	$(PY) tools/make_tfrecords.py --parallel_dir=$(PARALLEL)/wmt_newstest --held_out=$(NEWS_DEV) \
+		--output_dir=$(PARALLEL_OUT)/news --prefix=news
+	$(PY) tools/make_tfrecords.py --parallel_dir=$(PARALLEL)/tatoeba_challenge --output_dir=$(PARALLEL_OUT)/tatoeba \
+		--prefix=tatoeba
+	$(PY) tools/make_tfrecords.py --parallel_dir=$(PARALLEL)/bcontrast_chat --output_dir=$(PARALLEL_OUT)/chat --prefix=chat
+	$(PY) tools/make_tfrecords.py --parallel_dir=$(PARALLEL)/bible --output_dir=$(PARALLEL_OUT)/bible --prefix=bible
 
 # -W: every warning (a link to a missing page or heading, a page in no table of contents) fails the build.
 docs: $(DOCS_STAMP)

@@ -116,7 +116,7 @@ def tokenizer(spm_model):
 @pytest.fixture(scope="session")
 def quickstart_records(tmp_path_factory):
     """TFRecords of the quickstart corpus; returns the manifest path."""
-    from tf_msemb.data.writing import aligned_pairs
+    from tf_msemb.data.readers import aligned_pairs
     from tf_msemb.data.writing import write_tfrecords
 
     out = tmp_path_factory.mktemp("records")

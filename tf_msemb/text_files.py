@@ -8,22 +8,52 @@ class CorpusError(ValueError):
     """A corpus file is missing, unreadable, empty or misaligned."""
 
 
-def read_lines(path):
-    """Returns the lines of a UTF-8 text file (`.gz` is decompressed), newline stripped."""
+def open_bytes(path):
+    """`path` opened for reading bytes (`.gz` decompressed as read), or a CorpusError naming it."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise CorpusError(f"Corpus file not found: {path}")
-    opener = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            lines = f.read().split("\n")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise CorpusError(f"Cannot read {path} as UTF-8 text: {e}") from e
-    if lines and lines[-1] == "":
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    except OSError as e:
+        raise CorpusError(f"Cannot read {path}: {e}") from e
+
+
+def read_bytes(path):
+    """The bytes of a file (`.gz` decompressed), or a CorpusError naming it."""
+    with open_bytes(path) as f:
+        try:
+            return f.read()
+        except (OSError, EOFError) as e:
+            raise CorpusError(f"Cannot read {os.fspath(path)}: {e}") from e
+
+
+def decode_lines(data, name):
+    """UTF-8 `data` as lines (newline and a trailing carriage return stripped); a line that is not UTF-8 is a
+    CorpusError naming `name` and the line's number."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
         lines.pop()
     if not lines:
-        raise CorpusError(f"Corpus file is empty: {path}")
-    return [line.rstrip("\r") for line in lines]
+        raise CorpusError(f"Corpus file is empty: {name}")
+    try:
+        return [line.decode("utf-8").rstrip("\r") for line in lines]
+    except UnicodeDecodeError:
+        number = next(i for i, line in enumerate(lines, start=1) if not _is_utf8(line))
+        raise CorpusError(f"{name}:{number}: not UTF-8 text") from None
+
+
+def _is_utf8(line):
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def read_lines(path):
+    """Returns the lines of a UTF-8 text file (`.gz` is decompressed), newline stripped."""
+    return decode_lines(read_bytes(path), os.fspath(path))
 
 
 def unique_lines(path):

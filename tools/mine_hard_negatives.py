@@ -32,7 +32,7 @@ from tf_msemb.data.corpora import record_pairs
 from tf_msemb.data.hard_negatives import NO_NEGATIVES
 from tf_msemb.data.hard_negatives import mine_hard_negatives
 from tf_msemb.data.hard_negatives import translations_of_sources
-from tf_msemb.data.writing import aligned_pairs
+from tf_msemb.data.readers import aligned_pairs
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.evaluation import search
 from tf_msemb.evaluation.embedding_cache import DTYPES

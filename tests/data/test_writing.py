@@ -6,8 +6,8 @@ import tensorflow as tf
 
 from tf_msemb.data.records import parse_examples
 from tf_msemb.text_files import CorpusError
-from tf_msemb.data.writing import aligned_pairs
-from tf_msemb.data.writing import tsv_pairs
+from tf_msemb.data.readers import aligned_pairs
+from tf_msemb.data.readers import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.data.features import HardNegatives
 
@@ -47,28 +47,6 @@ def test_pivot_pairs_with_each_language(tmp_path):
     assert sorted(manifest["pairs"]) == ["en-de", "en-fr"]
     parsed = _read_all(tmp_path / "o", manifest, "en-fr")
     assert sorted(zip(parsed["src"].numpy(), parsed["tgt"].numpy()))[0] == (b"en0", b"fr0")
-
-
-def test_mismatched_line_counts_name_both_files(tmp_path):
-    en = _write(tmp_path / "a.en", ["1", "2", "3"])
-    de = _write(tmp_path / "a.de", ["1", "2"])
-    with pytest.raises(CorpusError, match=r"a\.en has 3 lines.*a\.de has 2"):
-        list(aligned_pairs({"en": en, "de": de}, "en"))
-
-
-def test_empty_missing_and_unreadable_files(tmp_path):
-    en = _write(tmp_path / "a.en", ["1"])
-    (tmp_path / "empty.de").write_text("")
-    with pytest.raises(CorpusError, match=r"empty\.de"):
-        list(aligned_pairs({"en": en, "de": str(tmp_path / "empty.de")}, "en"))
-    with pytest.raises(CorpusError, match=r"missing\.de"):
-        list(aligned_pairs({"en": en, "de": str(tmp_path / "missing.de")}, "en"))
-    (tmp_path / "bad.gz").write_bytes(b"not gzip at all")
-    with pytest.raises(CorpusError, match=r"bad\.gz"):
-        list(aligned_pairs({"en": en, "de": str(tmp_path / "bad.gz")}, "en"))
-    (tmp_path / "latin1.de").write_bytes("Stra\xdfe\n".encode("latin-1"))
-    with pytest.raises(CorpusError, match=r"latin1\.de"):
-        list(aligned_pairs({"en": en, "de": str(tmp_path / "latin1.de")}, "en"))
 
 
 def test_all_rows_dropped_is_an_error(tmp_path):

@@ -17,8 +17,8 @@ from tests.pipelines.conftest import WORKER_ARGS
 from tests.pipelines.conftest import ship_by_value
 from tf_msemb.data.corpora import corpus_streams
 from tf_msemb.data.records import check_shards
-from tf_msemb.data.writing import aligned_pairs
-from tf_msemb.data.writing import tsv_pairs
+from tf_msemb.data.readers import aligned_pairs
+from tf_msemb.data.readers import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.pipelines import records
 from tf_msemb.pipelines.beam_io import run

@@ -11,7 +11,7 @@ from tf_msemb.data.corpora import corpus_streams
 from tf_msemb.data.features import TeacherVectors
 from tf_msemb.data.records import check_shards
 from tf_msemb.data.teacher_vectors import with_teacher
-from tf_msemb.data.writing import aligned_pairs
+from tf_msemb.data.readers import aligned_pairs
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.evaluation.encoding import encode
 from tf_msemb.evaluation.encoding import load_model

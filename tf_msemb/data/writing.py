@@ -1,4 +1,4 @@
-"""Turning line-aligned text corpora into sharded TFRecords plus a manifest.
+"""Turning parallel corpora (`data.readers`' sources) into sharded TFRecords plus a manifest.
 
 Shards are written per language pair, `<prefix>.<src>-<tgt>.tfrecord-00000-of-00004`,
 and `<prefix>.manifest.json` lists each pair's files and counts, which is what
@@ -14,46 +14,8 @@ import tensorflow as tf
 
 from tf_msemb.data.records import make_example
 from tf_msemb.text_files import CorpusError
-from tf_msemb.text_files import read_lines
 
 MANIFEST_SUFFIX = ".manifest.json"
-
-
-def aligned_pairs(files_by_language, pivot):
-    """Pairs the pivot language's lines with every other language's lines.
-
-    `files_by_language` maps a language tag to a line-aligned file (one file
-    per language, as Multi30k ships). Yields `(src_lang, tgt_lang, rows)` with
-    `rows` a list of `(src, tgt)` tuples.
-    """
-    if pivot not in files_by_language:
-        raise CorpusError(f"Pivot language {pivot!r} has no input file; given: {sorted(files_by_language)}")
-    if len(files_by_language) < 2:
-        raise CorpusError("Aligned input needs at least two languages (--input=LANG:PATH twice or more).")
-    pivot_lines = read_lines(files_by_language[pivot])
-    for lang, path in files_by_language.items():
-        if lang == pivot:
-            continue
-        lines = read_lines(path)
-        if len(lines) != len(pivot_lines):
-            raise CorpusError(
-                f"Line counts differ: {files_by_language[pivot]} has {len(pivot_lines)} lines, "
-                f"{path} has {len(lines)}; aligned files must match line by line."
-            )
-        yield pivot, lang, list(zip(pivot_lines, lines))
-
-
-def tsv_pairs(path, src_lang, tgt_lang):
-    """Reads `src<TAB>tgt[<TAB>hard negative ...]` lines."""
-    rows = []
-    for number, line in enumerate(read_lines(path), start=1):
-        fields = line.split("\t")
-        if len(fields) < 2:
-            raise CorpusError(f"{path}:{number}: expected at least 2 tab-separated fields, got {len(fields)}.")
-        rows.append(tuple(fields))
-    yield src_lang, tgt_lang, rows
-
-
 _WRITE_CHUNK = 1024
 DROP_REASONS = ("dropped_empty", "dropped_long", "dropped_duplicate")
 
@@ -117,7 +79,7 @@ def write_manifest(manifest, output_dir):
 
 
 def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max_chars=1000, verbose=True,
-                    tokenizer=None, drop_duplicates=False):
+                    tokenizer=None, drop_duplicates=False, manifest_fields=None):
     """Writes the rows of each `(src_lang, tgt_lang, rows)` source as shards.
 
     Rows are cleaned by `clean_row` (dropped and counted when a side is empty
@@ -126,12 +88,13 @@ def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max
     counted too. With `tokenizer`, each record also stores both sides'
     token ids (`src_ids`, `tgt_ids`) and the manifest the tokenizer's
     fingerprint, so training can skip tokenization (`make_dataset.pretokenized`).
-    Returns the manifest dict (also written as JSON).
+    `manifest_fields` are recorded in the manifest beside the pairs (what a
+    reader held out, for one). Returns the manifest dict (also written as JSON).
     """
     if num_shards < 1:
         raise ValueError(f"num_shards must be at least 1, got {num_shards}.")
     os.makedirs(output_dir, exist_ok=True)
-    manifest = new_manifest(prefix, tokenizer)
+    manifest = dict(new_manifest(prefix, tokenizer), **(manifest_fields or {}))
     for src_lang, tgt_lang, rows in pair_sources:
         pair = f"{src_lang}-{tgt_lang}"
         files = shard_files(prefix, pair, num_shards)

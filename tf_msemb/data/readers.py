@@ -1,0 +1,187 @@
+"""Parallel corpora in the formats they come in, each read as `(src_lang, tgt_lang, rows)` sources for
+`writing.write_tfrecords`: `rows` a list of `(src, tgt[, hard negative ...])` tuples.
+
+- `aligned_pairs`: one line-aligned file per language (Multi30k), the pivot paired with every other;
+- `tsv_pairs`: `src<TAB>tgt[<TAB>hard negative ...]` lines;
+- `tmx_pairs`: a TMX file (OPUS's `.tmx`), one `<tu>` a pair, its `<tuv xml:lang=..>` segments the sides;
+- `moses_pairs`: OPUS's Moses format, `<name>.<src>` and `<name>.<tgt>` aligned files or the `.zip` holding them;
+- `parallel_directory_pairs`: a corpus directory of `<xx>-en/{xx,en,origin}` files (`../shared/data/parallel`),
+  whole origins (test sets, books) held out by name.
+
+Every file may be gzip. A record that lacks a side (a TSV line with one field, a `<tu>` without the language) or a
+line that is not UTF-8 is a CorpusError naming the file and line; a side that is present but blank is left to
+`writing.clean_row`, which drops and counts it (aligned files mark a missing sentence with an empty line).
+"""
+
+import io
+import os
+import xml.parsers.expat
+import zipfile
+
+from tf_msemb.text_files import CorpusError
+from tf_msemb.text_files import decode_lines
+from tf_msemb.text_files import open_bytes
+from tf_msemb.text_files import read_bytes
+from tf_msemb.text_files import read_lines
+
+
+def _aligned(src_name, src_lines, tgt_name, tgt_lines):
+    if len(src_lines) != len(tgt_lines):
+        raise CorpusError(f"Line counts differ: {src_name} has {len(src_lines)} lines, {tgt_name} has "
+                          f"{len(tgt_lines)}; aligned files must match line by line.")
+    return list(zip(src_lines, tgt_lines))
+
+
+def aligned_pairs(files_by_language, pivot):
+    """Pairs the pivot language's lines with every other language's lines.
+
+    `files_by_language` maps a language tag to a line-aligned file (one file
+    per language, as Multi30k ships). Yields `(pivot, lang, rows)`.
+    """
+    if pivot not in files_by_language:
+        raise CorpusError(f"Pivot language {pivot!r} has no input file; given: {sorted(files_by_language)}")
+    if len(files_by_language) < 2:
+        raise CorpusError("Aligned input needs at least two languages (--input=LANG:PATH twice or more).")
+    pivot_lines = read_lines(files_by_language[pivot])
+    for lang, path in files_by_language.items():
+        if lang != pivot:
+            yield pivot, lang, _aligned(files_by_language[pivot], pivot_lines, path, read_lines(path))
+
+
+def tsv_pairs(path, src_lang, tgt_lang):
+    """Reads `src<TAB>tgt[<TAB>hard negative ...]` lines."""
+    rows = []
+    for number, line in enumerate(read_lines(path), start=1):
+        fields = line.split("\t")
+        if len(fields) < 2:
+            raise CorpusError(f"{path}:{number}: expected at least 2 tab-separated fields, got {len(fields)}.")
+        rows.append(tuple(fields))
+    yield src_lang, tgt_lang, rows
+
+
+def _language_matches(tag, lang):
+    """`de-DE`, `de_de` and `DE` are `de`; `pt-BR` is `pt-br` and `pt`."""
+    tag = tag.lower().replace("_", "-")
+    return tag == lang.lower() or tag.split("-")[0] == lang.lower()
+
+
+# TMX's inline codes: their text is the original file's markup, not the sentence's.
+_TMX_CODES = {"bpt", "ept", "ph", "it", "ut"}
+
+
+def tmx_pairs(path, src_lang, tgt_lang):
+    """The `<tu>`s of a TMX file as `(src, tgt)` rows: each side the `<seg>` of the `<tuv>` whose `xml:lang`
+    (or TMX 1.1's `lang`) is the language (`de` matches `de-DE`), inline codes left out."""
+    parser = xml.parsers.expat.ParserCreate()
+    rows, state = [], {"tu": None, "lang": None, "seg": None, "codes": 0}
+
+    def start(name, attributes):
+        if name == "tu":
+            state["tu"] = (parser.CurrentLineNumber, {})
+        elif name == "tuv":
+            state["lang"] = attributes.get("xml:lang") or attributes.get("lang") or ""
+        elif name == "seg":
+            state["seg"] = []
+        elif name in _TMX_CODES and state["seg"] is not None:
+            state["codes"] += 1
+
+    def text(data):
+        if state["seg"] is not None and not state["codes"]:
+            state["seg"].append(data)
+
+    def end(name):
+        if name == "seg" and state["tu"]:
+            state["tu"][1].setdefault(state["lang"], "".join(state["seg"]))
+            state["seg"] = None
+        elif name in _TMX_CODES and state["seg"] is not None:
+            state["codes"] -= 1
+        elif name == "tu":
+            line, segments = state["tu"]
+            sides = [next((seg for tag, seg in segments.items() if _language_matches(tag, lang)), None)
+                     for lang in (src_lang, tgt_lang)]
+            missing = [lang for lang, side in zip((src_lang, tgt_lang), sides) if side is None]
+            if missing:
+                raise CorpusError(f"{path}:{line}: this <tu> has no <tuv xml:lang={missing[0]!r}> segment "
+                                  f"(it has {sorted(segments) or 'none'}).")
+            rows.append(tuple(sides))
+            state["tu"] = None
+
+    parser.StartElementHandler, parser.CharacterDataHandler, parser.EndElementHandler = start, text, end
+    with open_bytes(path) as f:  # parsed as read: OPUS's large TMX files never sit in memory whole
+        try:
+            parser.ParseFile(f)
+        except xml.parsers.expat.ExpatError as e:
+            raise CorpusError(f"{path}:{e.lineno}: not well-formed TMX ({xml.parsers.expat.ErrorString(e.code)}).") \
+                from None
+        except (OSError, EOFError) as e:
+            raise CorpusError(f"Cannot read {path}: {e}") from None
+    if not rows:
+        raise CorpusError(f"{path}: no <tu> translation units.")
+    yield src_lang, tgt_lang, rows
+
+
+def _zip_member(archive, names, path, lang):
+    """The one member of the Moses zip that is the `lang` side (`*.<lang>`)."""
+    found = [name for name in names if name.endswith(f".{lang}")]
+    if len(found) != 1:
+        raise CorpusError(f"{path}: expected one file ending in .{lang} (OPUS's Moses zip), found "
+                          f"{found or 'none'} among {names}.")
+    return found[0], decode_lines(archive.read(found[0]), f"{path}:{found[0]}")
+
+
+def moses_pairs(path, src_lang, tgt_lang):
+    """OPUS's Moses format: `path` is the `.zip` OPUS serves (its `*.<src>` and `*.<tgt>` members), or the common
+    name of two aligned files `<path>.<src>` and `<path>.<tgt>` (either may be gzip: `<path>.<src>.gz`)."""
+    if os.fspath(path).endswith(".zip"):
+        try:
+            with zipfile.ZipFile(io.BytesIO(read_bytes(path))) as archive:
+                names = archive.namelist()
+                (src_name, src), (tgt_name, tgt) = (_zip_member(archive, names, path, lang)
+                                                    for lang in (src_lang, tgt_lang))
+        except zipfile.BadZipFile as e:
+            raise CorpusError(f"Cannot read {path} as a zip file: {e}") from None
+        yield src_lang, tgt_lang, _aligned(f"{path}:{src_name}", src, f"{path}:{tgt_name}", tgt)
+        return
+    files = []
+    for lang in (src_lang, tgt_lang):
+        candidates = [f"{path}.{lang}", f"{path}.{lang}.gz"]
+        found = [name for name in candidates if os.path.exists(name)]
+        if not found:
+            raise CorpusError(f"Moses corpus {path}: no {candidates[0]} or {candidates[1]}.")
+        files.append(found[0])
+    yield src_lang, tgt_lang, _aligned(files[0], read_lines(files[0]), files[1], read_lines(files[1]))
+
+
+def _first_file(directory, stem):
+    for name in (f"{stem}.gz", stem):
+        if os.path.exists(os.path.join(directory, name)):
+            return os.path.join(directory, name)
+    raise CorpusError(f"{directory}: no {stem}.gz or {stem}.")
+
+
+def parallel_directory_pairs(corpus_dir, languages=None, held_out=(), pivot="en"):
+    """The pairs of a corpus directory laid out as `../shared/data/parallel`'s: `<xx>-<pivot>/` holding
+    `<xx>.txt[.gz]`, `<pivot>.txt[.gz]` and `origin.tsv[.gz]` (line i: the test set, book or verse pair i came
+    from, in its first column). Yields `(pivot, xx, rows)` (the Multi30k records' direction, `en-de`) for each
+    language (all, or `languages`), leaving out every pair whose origin is in `held_out`: whole test sets kept
+    for dev, never lines of one."""
+    if not os.path.isdir(corpus_dir):
+        raise CorpusError(f"Corpus directory not found: {corpus_dir}")
+    suffix = f"-{pivot}"
+    found = sorted(name[:-len(suffix)] for name in os.listdir(corpus_dir)
+                   if name.endswith(suffix) and os.path.isdir(os.path.join(corpus_dir, name)))
+    unknown = sorted(set(languages or ()) - set(found))
+    if unknown or not found:
+        raise CorpusError(f"{corpus_dir}: no <xx>{suffix}/ directory for {unknown or 'any language'} "
+                          f"(found {found or 'none'}).")
+    held_out = set(held_out)
+    for lang in languages or found:
+        directory = os.path.join(corpus_dir, f"{lang}{suffix}")
+        other, english = (_first_file(directory, f"{code}.txt") for code in (lang, pivot))
+        origin_file = _first_file(directory, "origin.tsv")
+        rows = _aligned(english, read_lines(english), other, read_lines(other))
+        origins = [line.split("\t")[0] for line in read_lines(origin_file)]
+        if len(origins) != len(rows):
+            raise CorpusError(f"Line counts differ: {origin_file} has {len(origins)} lines, {english} has "
+                              f"{len(rows)}; origin.tsv names each pair's origin.")
+        yield pivot, lang, [row for row, origin in zip(rows, origins) if origin not in held_out]
