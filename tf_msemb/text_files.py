@@ -29,15 +29,15 @@ def read_bytes(path):
 
 
 def decode_lines(data, name):
-    """UTF-8 `data` as lines (newline and a trailing carriage return stripped); a line that is not UTF-8 is a
-    CorpusError naming `name` and the line's number."""
-    lines = data.split(b"\n")
+    """UTF-8 `data` as lines, split where Python's text files split (LF, CR LF and a lone CR, the line breaks
+    the Beam readers split at too); a line that is not UTF-8 is a CorpusError naming `name` and the line's number."""
+    lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     if not lines:
         raise CorpusError(f"Corpus file is empty: {name}")
     try:
-        return [line.decode("utf-8").rstrip("\r") for line in lines]
+        return [line.decode("utf-8") for line in lines]
     except UnicodeDecodeError:
         number = next(i for i, line in enumerate(lines, start=1) if not _is_utf8(line))
         raise CorpusError(f"{name}:{number}: not UTF-8 text") from None

@@ -111,6 +111,8 @@ def test_a_line_that_is_not_utf8_is_named_with_its_number(tmp_path):
     (tmp_path / "p.tsv").write_bytes(b"a\tb\nc\td\n\xff\te\n")
     with pytest.raises(CorpusError, match=r"p\.tsv:3: not UTF-8"):
         list(tsv_pairs(str(tmp_path / "p.tsv"), "de", "en"))
+    (tmp_path / "nl.tsv").write_bytes(b"a\tb\r\nc\td\re\tf\n")  # CR LF and a lone CR end lines, as in text files
+    assert _rows(tsv_pairs(str(tmp_path / "nl.tsv"), "de", "en"))[2] == [("a", "b"), ("c", "d"), ("e", "f")]
 
 
 def _corpus(root):
