@@ -13,7 +13,6 @@ line that is not UTF-8 is a CorpusError naming the file and line; a side that is
 `writing.clean_row`, which drops and counts it (aligned files mark a missing sentence with an empty line).
 """
 
-import io
 import os
 import xml.parsers.expat
 import zipfile
@@ -21,7 +20,6 @@ import zipfile
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import decode_lines
 from tf_msemb.text_files import open_bytes
-from tf_msemb.text_files import read_bytes
 from tf_msemb.text_files import read_lines
 
 
@@ -134,7 +132,7 @@ def moses_pairs(path, src_lang, tgt_lang):
     name of two aligned files `<path>.<src>` and `<path>.<tgt>` (either may be gzip: `<path>.<src>.gz`)."""
     if os.fspath(path).endswith(".zip"):
         try:
-            with zipfile.ZipFile(io.BytesIO(read_bytes(path))) as archive:
+            with open_bytes(path) as f, zipfile.ZipFile(f) as archive:
                 names = archive.namelist()
                 (src_name, src), (tgt_name, tgt) = (_zip_member(archive, names, path, lang)
                                                     for lang in (src_lang, tgt_lang))
@@ -142,21 +140,16 @@ def moses_pairs(path, src_lang, tgt_lang):
             raise CorpusError(f"Cannot read {path} as a zip file: {e}") from None
         yield src_lang, tgt_lang, _aligned(f"{path}:{src_name}", src, f"{path}:{tgt_name}", tgt)
         return
-    files = []
-    for lang in (src_lang, tgt_lang):
-        candidates = [f"{path}.{lang}", f"{path}.{lang}.gz"]
-        found = [name for name in candidates if os.path.exists(name)]
-        if not found:
-            raise CorpusError(f"Moses corpus {path}: no {candidates[0]} or {candidates[1]}.")
-        files.append(found[0])
-    yield src_lang, tgt_lang, _aligned(files[0], read_lines(files[0]), files[1], read_lines(files[1]))
+    src_file, tgt_file = (_plain_or_gzip(f"{path}.{lang}") for lang in (src_lang, tgt_lang))
+    yield src_lang, tgt_lang, _aligned(src_file, read_lines(src_file), tgt_file, read_lines(tgt_file))
 
 
-def _first_file(directory, stem):
-    for name in (f"{stem}.gz", stem):
-        if os.path.exists(os.path.join(directory, name)):
-            return os.path.join(directory, name)
-    raise CorpusError(f"{directory}: no {stem}.gz or {stem}.")
+def _plain_or_gzip(path):
+    """`path` if it exists, else `path.gz`, else a CorpusError naming both."""
+    for name in (path, f"{path}.gz"):
+        if os.path.exists(name):
+            return name
+    raise CorpusError(f"Found no {path} or {path}.gz.")
 
 
 def parallel_directory_pairs(corpus_dir, languages=None, held_out=(), pivot="en"):
@@ -177,8 +170,8 @@ def parallel_directory_pairs(corpus_dir, languages=None, held_out=(), pivot="en"
     held_out = set(held_out)
     for lang in languages or found:
         directory = os.path.join(corpus_dir, f"{lang}{suffix}")
-        other, english = (_first_file(directory, f"{code}.txt") for code in (lang, pivot))
-        origin_file = _first_file(directory, "origin.tsv")
+        other, english, origin_file = (_plain_or_gzip(os.path.join(directory, name))
+                                       for name in (f"{lang}.txt", f"{pivot}.txt", "origin.tsv"))
         rows = _aligned(english, read_lines(english), other, read_lines(other))
         origins = [line.split("\t")[0] for line in read_lines(origin_file)]
         if len(origins) != len(rows):
