@@ -161,14 +161,15 @@ def test_cli_reads_tmx_and_errors_in_one_line(tmp_path):
     pairs = json.loads((tmp_path / "out" / "c.manifest.json").read_text())["pairs"]["de-en"]
     assert (pairs["examples"], pairs["dropped_empty"]) == (2, 1)
     (tmp_path / "bad.tmx").write_text(TMX.replace('<tuv lang="DE">', '<tuv lang="FR">'), encoding="utf-8")
-    for args in ([f"--tmx={tmp_path}/bad.tmx", "--src_lang=de", "--tgt_lang=en"],
-                 [f"--tmx={tmp_path}/c.tmx"],
-                 [f"--tmx={tmp_path}/c.tmx", f"--tsv={tmp_path}/c.tsv", "--src_lang=de", "--tgt_lang=en"]):
-        result = _make_records(args, tmp_path)
-        lines = result.stderr.strip().splitlines()
-        assert result.returncode == 1 and lines[-1].startswith("error: ") and "Traceback" not in result.stderr, args
-    assert "bad.tmx:9" in _make_records([f"--tmx={tmp_path}/bad.tmx", "--src_lang=de", "--tgt_lang=en"],
-                                        tmp_path).stderr
+    results = [_make_records(args, tmp_path) for args in (
+        [f"--tmx={tmp_path}/bad.tmx", "--src_lang=de", "--tgt_lang=en"],
+        [f"--tmx={tmp_path}/c.tmx"],
+        [f"--tmx={tmp_path}/c.tmx", f"--tsv={tmp_path}/c.tsv", "--src_lang=de", "--tgt_lang=en"])]
+    errors = [result.stderr for result in results]
+    for result, stderr in zip(results, errors):
+        assert result.returncode == 1 and stderr.strip().splitlines()[-1].startswith("error: ") \
+            and "Traceback" not in stderr, stderr[-2000:]
+    assert "bad.tmx:9" in errors[0] and "--tmx needs --src_lang" in errors[1] and "not --tsv and --tmx" in errors[2]
 
 
 def test_mismatched_line_counts_name_both_files(tmp_path):
