@@ -15,6 +15,7 @@ from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.inference.packed import PackedEncoder
+from tf_msemb.inference.packed import packed_embedder
 from tf_msemb.inference.packed import packed_support
 from tf_msemb.models.pretrained import load_pretrained
 from pretrained_checkpoints import FIXTURES
@@ -125,6 +126,25 @@ def test_traced_with_unknown_batch_and_length(tokenizer):
     for texts in (TEXTS, TEXTS[:2], ["one more sentence"] * 5):
         ids = tokenizer.tokenize(tf.constant(texts))
         np.testing.assert_allclose(encode(tf.constant(texts)).numpy(), packed(ids).numpy(), atol=1e-6)
+
+
+def test_packed_embedder_gives_the_encoders_own_vectors_for_strings(tokenizer):
+    """The teacher's path (precompute_teacher.py): raw vectors stay raw (an export's unit vectors would not pass),
+    unit ones stay unit, the tokenizer's prompt is in, and one trace serves every batch size."""
+    prompted = type(tokenizer).from_config({**tokenizer.get_config(), "prompt": "query: "})
+    raw, unit = _sentence_encoder(tokenizer), _bert_encoder(tokenizer, normalize=True)
+    for encoder, norms_one in ((raw, False), (unit, True)):
+        for tok in (tokenizer, prompted):
+            embed = packed_embedder(tok, encoder)
+            for texts in (TEXTS, TEXTS[2:3], TEXTS[:5]):
+                got = embed(tf.constant(texts)).numpy()
+                np.testing.assert_allclose(got, encoder(tok(tf.constant(texts))).numpy(), atol=1e-5)
+            assert embed.experimental_get_tracing_count() == 1
+            norms = np.linalg.norm(embed(tf.constant(TEXTS)).numpy(), axis=1)
+            assert np.allclose(norms, 1.0, atol=1e-5) == norms_one
+    with_prompt = packed_embedder(prompted, raw)(tf.constant(TEXTS[1:3])).numpy()
+    assert not np.allclose(with_prompt, packed_embedder(tokenizer, raw)(tf.constant(TEXTS[1:3])).numpy(), atol=1e-3)
+    assert packed_embedder(tokenizer, _sentence_encoder(tokenizer, pooling="attention")) is None
 
 
 @pytest.mark.parametrize("streams", [2, pytest.param(3, marks=pytest.mark.slow)])

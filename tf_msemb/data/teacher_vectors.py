@@ -31,8 +31,8 @@ from tf_msemb.provenance import portable_config
 from tf_msemb.text_files import CorpusError
 
 
-def _encode_unique(embed, sentences, cache, batch_size):
-    """Vectors of `sentences`, computing only those missing from `cache`."""
+def encode_unique(embed, sentences, cache, batch_size):
+    """Vectors of `sentences`, computing only those missing from `cache` (in batches of `batch_size` by length)."""
     missing = sorted({s for s in sentences if s not in cache}, key=len)
     for start in range(0, len(missing), batch_size):
         batch = missing[start : start + batch_size]
@@ -116,18 +116,22 @@ def _read_manifest(manifest_path):
         return json.load(f)
 
 
-def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_dir, batch_size=128, verbose=True):
+def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_dir, batch_size=128, verbose=True,
+                        embed=None):
     """Copies a corpus to `output_dir` with a `teacher` field in every record.
 
-    Returns the new manifest (same shards and counts, plus
-    `"teacher": {"model", "dim"}`), written next to the shards.
+    `embed`: `[b]` strings -> `[b, d]`, a faster path to what
+    `encoder(tokenizer(texts))` computes (`inference.packed.packed_embedder`);
+    None: that Keras forward. Returns the new manifest (same shards and
+    counts, plus `"teacher": {"model", "dim"}`), written next to the shards.
     """
     manifest = _read_manifest(manifest_path)
     source_dir = os.path.dirname(manifest_path)
     names = [name for info in manifest["pairs"].values() for name in info["files"]]
     _claim_output(output_dir, names, _input_digest([os.path.join(source_dir, n) for n in names],
                                                    teacher_identity(teacher_name, tokenizer, encoder)))
-    embed = tf.function(lambda texts: encoder(tokenizer(texts), training=False), reduce_retracing=True)
+    if embed is None:
+        embed = tf.function(lambda texts: encoder(tokenizer(texts), training=False), reduce_retracing=True)
     total = sum(info["examples"] for info in manifest["pairs"].values())
     progress = keras.utils.Progbar(total, unit_name="sentence", verbose=1 if verbose else 0)
     cache = {}
@@ -137,7 +141,7 @@ def add_teacher_vectors(manifest_path, tokenizer, encoder, teacher_name, output_
             records = list(tf.data.TFRecordDataset(source).as_numpy_iterator())
             if not os.path.exists(target):
                 sentences = [text_field(tf.train.Example.FromString(r).features.feature) for r in records]
-                vectors = _encode_unique(embed, sentences, cache, batch_size)
+                vectors = encode_unique(embed, sentences, cache, batch_size)
                 partial = target + ".partial"
                 with tf.io.TFRecordWriter(partial) as writer:
                     for record, vector in zip(records, vectors):

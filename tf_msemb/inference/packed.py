@@ -188,6 +188,30 @@ class PackedEncoder(tf.Module):
         return tf.math.unsorted_segment_mean(x, ids.value_rowids(), ids.nrows())
 
 
+def packed_embedder(tokenizer, encoder, packed=None):
+    """`[b]` strings -> `[b, d]` float32: what `encoder(tokenizer(texts))` computes, over packed tokens; or None
+    when the encoder cannot run packed (`packed_support` says why).
+
+    The encoder's own output, unlike an export's: its normalization or none
+    (a teacher's raw vectors stay raw). One traced function for every batch
+    size. `packed`: a `PackedEncoder` of `encoder` to run (an int8 one, to
+    measure it); default a float32 one. What `tools/precompute_teacher.py`
+    encodes a teacher's vectors with.
+    """
+    if packed is None:
+        if packed_support(encoder):
+            return None
+        packed = PackedEncoder(encoder)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def embed(texts):
+        with tf.device("/cpu:0"):
+            ids = tokenizer.tokenize(texts)
+        return packed(ids)
+
+    return embed
+
+
 class Int8Support(NamedTuple):
     """Whether int8 graphs run in this process: `unsupported` (why not, or None), `note` (how they run on this CPU:
     outputs, attention, weight bits) and the `CpuKernels` both come from."""
