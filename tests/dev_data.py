@@ -1,5 +1,5 @@
-"""A data folder of ../shared/data's layout (Multi30k, STS-b in eleven languages, Tatoeba), small and with known
-flaws, and a fake encoder whose figures on it follow by hand (tests of the multilingual dev table)."""
+"""A data folder of ../shared/data's layout (Multi30k, STS-b in eleven languages, Tatoeba, WMT news test sets), small
+and with known flaws, and a fake encoder whose figures on it follow by hand (tests of the multilingual dev table)."""
 
 import gzip
 import re
@@ -8,10 +8,13 @@ import zlib
 import numpy as np
 
 from tf_msemb.evaluation.multilingual_dev import MULTI30K_LANGUAGES
+from tf_msemb.evaluation.multilingual_dev import NEWS_DEV
+from tf_msemb.evaluation.multilingual_dev import NEWS_LANGUAGES
 from tf_msemb.evaluation.multilingual_dev import XSTS_LANGUAGES
 
-N_TRAIN, N_VAL, N_STS, N_TATOEBA = 30, 36, 16, 6
+N_TRAIN, N_VAL, N_STS, N_TATOEBA, N_NEWS = 30, 36, 16, 6, 30
 MISTRANSLATED_CS = 9  # Czech val lines 0..8 carry the meaning of the next of them (0 that of 1, ..., 8 that of 0)
+MISTRANSLATED_FR_NEWS = 6  # French newstest2014 lines 0..5 likewise
 MISTRANSLATED_DE = 6  # German STS-b sentence 2 of rows 0..5 carries another meaning
 KEY = re.compile(r"#(\w+)")
 WORDS = ["a dog runs", "two men", "the woman sings", "a red car", "children play", "on the beach", "a big house",
@@ -40,9 +43,31 @@ def caption(lang, key):
     return f"{lang} caption #{key} on a street"
 
 
+def news(lang, key):
+    return f"{lang} news #{key} said the minister on Tuesday"
+
+
+def write_news(root):
+    """`parallel/wmt_newstest/<xx>-en` of de and fr: N_NEWS lines of NEWS_DEV (French lines 0-5 mistranslated)
+    between lines of newstest2013 and 2015, which no dev part reads (their keys `o...` would be found if it did)."""
+    for lang in NEWS_LANGUAGES:
+        folder = root / "parallel" / "wmt_newstest" / f"{lang}-en"
+        folder.mkdir(parents=True)
+        rows = [("newstest2013", f"o13n{i}", f"o13n{i}") for i in range(8)]
+        rows += [(NEWS_DEV, f"n{i}", f"n{(i + 1) % MISTRANSLATED_FR_NEWS if lang == 'fr' and i < MISTRANSLATED_FR_NEWS else i}")
+                 for i in range(N_NEWS)]
+        rows += [("newstest2015", f"o15n{i}", f"o15n{i}") for i in range(5)]
+        for name, lines in (("en.txt.gz", [news("en", en) for _, en, _ in rows]),
+                            (f"{lang}.txt.gz", [news(lang, xx) for _, _, xx in rows]),
+                            ("origin.tsv.gz", [f"{origin}\tmixed-origin" for origin, _, _ in rows])):
+            with gzip.open(folder / name, "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
+
+
 def write_dev_data(root):
     """A data folder with the layout of ../shared/data: Multi30k (Czech val lines 0-8 mistranslated), STS-b dev in
-    en + ten languages (German sentence 2 of rows 0-5 mistranslated) and Tatoeba."""
+    en + ten languages (German sentence 2 of rows 0-5 mistranslated), Tatoeba and the news test sets
+    (`write_news`)."""
     m30k = root / "multi30k"
     m30k.mkdir(parents=True)
     for lang in ("en", *MULTI30K_LANGUAGES):
@@ -68,4 +93,5 @@ def write_dev_data(root):
         "\n".join(f"Satz #q{1 - i if i < 2 else i}" for i in range(N_TATOEBA)) + "\n", encoding="utf-8")
     (tatoeba / "tatoeba.deu-eng.eng").write_text("\n".join(f"sentence #q{i}" for i in range(N_TATOEBA)) + "\n",
                                                  encoding="utf-8")
+    write_news(root)
     return gold

