@@ -1,6 +1,5 @@
 """`make parallel` on ../shared/data/parallel: every corpus written, the news dev set held out whole."""
 
-import gzip
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ from conftest import SHARED_DATA
 from conftest import cli_env
 from tf_msemb.evaluation.multilingual_dev import NEWS_DEV
 from tf_msemb.evaluation.multilingual_dev import NEWS_LANGUAGES
+from tf_msemb.evaluation.multilingual_dev import news_pairs
 
 PARALLEL = os.path.join(SHARED_DATA, "parallel")
 pytestmark = [pytest.mark.slow,  # about 135K + 305K + 190K + 11K pairs written: a few minutes on 2 cores
@@ -27,11 +27,8 @@ def _make_variable(name):
 
 
 def _dev_sentences(lang, held_out):
-    """Both sides of the held-out test set's pairs of `lang`-en."""
-    directory = os.path.join(PARALLEL, "wmt_newstest", f"{lang}-en")
-    columns = [gzip.open(os.path.join(directory, name), "rt", encoding="utf-8").read().split("\n")[:-1]
-               for name in ("en.txt.gz", f"{lang}.txt.gz", "origin.tsv.gz")]
-    return {side for en, other, origin in zip(*columns) if origin.split("\t")[0] == held_out for side in (en, other)}
+    """Both sides of the held-out test set's pairs of `lang`-en, read as the dev table reads them."""
+    return set().union(*news_pairs(os.path.join(PARALLEL, "wmt_newstest"), lang, held_out))
 
 
 def test_make_parallel_writes_every_corpus_and_no_news_dev_sentence(tmp_path):

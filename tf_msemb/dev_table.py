@@ -12,8 +12,9 @@ ja, nl, pl, pt, ru, zh) and its mean, monolingual STS-b dev in all eleven
 languages, Tatoeba deu-eng, BUCC-style mining F1 built from Multi30k val
 alone (de-en, fr-en, cs-en; threshold tuned on a part of its own, as BUCC
 does), and retrieval and mining on WMT newstest2014 de-en and fr-en (news,
-held out of every recipe's records by `make parallel`). STS figures are scored on the report half of STS-b dev; `xsts
-select`, the figure recipes select on, on the other half.
+held out of every recipe's records by `make parallel`). STS figures are
+scored on the report half of STS-b dev; `xsts select`, the figure recipes
+select on, on the other half.
 
 `--model` is `[LABEL=]PATH`, an export or a training `model_dir` (its
 `export/final`); with `--all_exports` a `model_dir` gives a row per versioned
