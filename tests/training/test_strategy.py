@@ -91,22 +91,28 @@ def test_two_workers_on_localhost_train_together(tmp_path, spm_model, quickstart
     ]
     command = [sys.executable, "-m", "tf_msemb.train", "--gin_file=configs/quickstart.gin",
                f"--model_dir={tmp_path / 'run'}", *[f"--gin_param={b}" for b in bindings]]
-    processes = []
+    # Each worker writes to files, not pipes: a pipe nobody reads while the other worker is waited on can fill and
+    # stall both (they share collectives). 600 s: beside another test on 2 cores, four processes share them, and a
+    # run of `make test-all` (2026-12-03) timed out at 300 s past step 3; a timeout shows both workers' last lines.
+    processes, logs = [], []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(config))
-        processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+        log = (tmp_path / f"worker{index}.out", tmp_path / f"worker{index}.err")
+        with open(log[0], "w") as out, open(log[1], "w") as err:
+            processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, text=True))
+        logs.append(log)
     outputs = []
-    for process in processes:
+    for process, (out, err) in zip(processes, logs):
         try:
-            stdout, stderr = process.communicate(timeout=300)
+            process.wait(timeout=600)
         except subprocess.TimeoutExpired:
             for p in processes:
                 p.kill()
-            pytest.fail("multi-worker training did not finish in 300 s")
-        assert process.returncode == 0, stderr[-3000:]
-        outputs.append(stdout)
+            tails = "\n".join(f"{path.name}: {path.read_text()[-1500:]}" for log in logs for path in log)
+            pytest.fail(f"multi-worker training did not finish in 600 s\n{tails}")
+        assert process.returncode == 0, err.read_text()[-3000:]
+        outputs.append(out.read_text())
     for index, stdout in enumerate(outputs):
         assert f"Worker worker:{index} of 2 replicas" in stdout
     # Both workers report the same all-reduced loss, global batch 2 x 8.
