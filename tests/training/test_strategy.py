@@ -92,25 +92,26 @@ def test_two_workers_on_localhost_train_together(tmp_path, spm_model, quickstart
     command = [sys.executable, "-m", "tf_msemb.train", "--gin_file=configs/quickstart.gin",
                f"--model_dir={tmp_path / 'run'}", *[f"--gin_param={b}" for b in bindings]]
     # Each worker writes to files, not pipes: a pipe nobody reads while the other worker is waited on can fill and
-    # stall both (they share collectives). 600 s: beside another test on 2 cores, four processes share them, and a
-    # run of `make test-all` (2026-12-03) timed out at 300 s past step 3; a timeout shows both workers' last lines.
+    # stall both (they share collectives). The limit: beside another test on 2 cores, four processes share them, and
+    # a run of `make test-all` (2026-12-03) timed out at 300 s past step 3; a timeout shows both workers' last lines.
+    limit_s = 600
     processes, logs = [], []
     for index in range(2):
         config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(config))
         log = (tmp_path / f"worker{index}.out", tmp_path / f"worker{index}.err")
         with open(log[0], "w") as out, open(log[1], "w") as err:
-            processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err, text=True))
+            processes.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err))
         logs.append(log)
     outputs = []
     for process, (out, err) in zip(processes, logs):
         try:
-            process.wait(timeout=600)
+            process.wait(timeout=limit_s)
         except subprocess.TimeoutExpired:
             for p in processes:
                 p.kill()
-            tails = "\n".join(f"{path.name}: {path.read_text()[-1500:]}" for log in logs for path in log)
-            pytest.fail(f"multi-worker training did not finish in 600 s\n{tails}")
+            tails = "\n".join(f"{path.name}: {path.read_text()[-1500:]}" for pair in logs for path in pair)
+            pytest.fail(f"multi-worker training did not finish in {limit_s} s\n{tails}")
         assert process.returncode == 0, err.read_text()[-3000:]
         outputs.append(out.read_text())
     for index, stdout in enumerate(outputs):
