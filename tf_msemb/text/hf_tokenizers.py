@@ -18,6 +18,7 @@ import sentencepiece
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from tf_msemb.text.tokenizers import SentencePieceSegmented
 from tf_msemb.text.tokenizers import SubwordTokenizer
 from tf_msemb.text.tokenizers import _read_bytes
 
@@ -48,7 +49,7 @@ def tokenizer_json_ids(path, document=None):
     return ids, model["unk_id"], max([len(model["vocab"]), *(i + 1 for i in added.values())])
 
 
-class FairseqSentencePieceTokenizer(SubwordTokenizer):
+class FairseqSentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
     """SentencePiece pieces with the ids of transformers' XLM-R tokenizer, as `AutoTokenizer` loads it.
 
     `AutoTokenizer` loads the fast tokenizer, which reads `tokenizer.json`
@@ -114,9 +115,15 @@ class FairseqSentencePieceTokenizer(SubwordTokenizer):
     def mask_id(self):
         return self._mask_id
 
+    def sentencepiece_text(self, texts):
+        return spaces_to_blanks(texts)
+
+    def model_ids(self, ids):
+        return tf.gather(tf.constant(self._hf_ids, tf.int32), ids)
+
     def _tokenize_normalized(self, texts):
-        ids = self._sentencepiece().tokenize(spaces_to_blanks(texts))
-        return tf.ragged.map_flat_values(lambda i: tf.gather(tf.constant(self._hf_ids, tf.int32), i), ids)
+        ids = self._sentencepiece().tokenize(self.sentencepiece_text(texts))
+        return tf.ragged.map_flat_values(self.model_ids, ids)
 
     def fingerprint(self):
         """The base fingerprint (the model included) and the `tokenizer.json` that gives the ids, if any."""

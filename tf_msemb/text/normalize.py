@@ -17,9 +17,11 @@ DASHES = "\u2012\u2013\u2014\u2015\u2e3a\u2e3b\ufe58\ufe31\ufe32"
 
 # NFKC turns a double prime into two primes and an acute accent (often typed
 # for an apostrophe) into space + combining acute; those sequences count too.
+DOUBLE_QUOTE_SEQUENCES = ("\u2032\u2032", "\u2035\u2035")
+SINGLE_QUOTE_SEQUENCES = (" \u0301",)
 REPLACEMENTS = (
-    (f"\u2032\u2032|\u2035\u2035|[{DOUBLE_QUOTES}]", '"'),
-    (f" \u0301|[{SINGLE_QUOTES}]", "'"),
+    ("|".join(DOUBLE_QUOTE_SEQUENCES) + f"|[{DOUBLE_QUOTES}]", '"'),
+    ("|".join(SINGLE_QUOTE_SEQUENCES) + f"|[{SINGLE_QUOTES}]", "'"),
     (f"[{HYPHENS}]", "-"),
     (f"[{DASHES}]", "\u2014"),
 )

@@ -30,6 +30,7 @@ from tf_msemb.text import normalize
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
 from tf_msemb.text.hf_tokenizers import spaces_to_blanks
 from tf_msemb.text.hf_tokenizers import tokenizer_json_ids
+from tf_msemb.text.tokenizers import SentencePieceSegmented
 from tf_msemb.text.tokenizers import SubwordTokenizer
 from tf_msemb.text.tokenizers import WordPieceTokenizer
 from tf_msemb.text.tokenizers import _read_bytes
@@ -265,7 +266,7 @@ def unigram_model_proto(path, document=None):
     return proto.SerializeToString()
 
 
-class JsonUnigramTokenizer(SubwordTokenizer):
+class JsonUnigramTokenizer(SentencePieceSegmented, SubwordTokenizer):
     """A `tokenizer.json` Unigram model (XLM-R's) run by SentencePiece, with the file's ids.
 
     With `whitespace_split` every Unicode space is a word break first, as
@@ -303,10 +304,13 @@ class JsonUnigramTokenizer(SubwordTokenizer):
     def vocabulary_size(self):
         return self._vocabulary_size
 
-    def _tokenize_normalized(self, texts):
+    def sentencepiece_text(self, texts):
         if self.lowercase:
             texts = tf.strings.lower(texts, encoding="utf-8")
-        return self._sentencepiece().tokenize(spaces_to_blanks(texts) if self.whitespace_split else texts)
+        return spaces_to_blanks(texts) if self.whitespace_split else texts
+
+    def _tokenize_normalized(self, texts):
+        return self._sentencepiece().tokenize(self.sentencepiece_text(texts))
 
     def get_config(self):
         config = super().get_config()

@@ -164,7 +164,23 @@ def _read_bytes(path, what):
         return f.read()
 
 
-class SentencePieceTokenizer(SubwordTokenizer):
+class SentencePieceSegmented:
+    """What a tokenizer that segments with a SentencePiece model (`proto`) says of its steps around the model.
+
+    Between `SubwordTokenizer`'s shared steps (prompt, `normalize_text`) and
+    the special tokens: `sentencepiece_text` (strings -> the strings the model
+    segments) and `model_ids` (the model's ids -> this tokenizer's), so that
+    a runtime without TF's string ops (`export.litert`) can rebuild them.
+    """
+
+    def sentencepiece_text(self, texts):
+        return texts
+
+    def model_ids(self, ids):
+        return ids
+
+
+class SentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
     """SentencePiece model (as written by `tools/train_spm.py`).
 
     Args:
@@ -204,10 +220,11 @@ class SentencePieceTokenizer(SubwordTokenizer):
             self._piece_ids[piece] = int(self._sentencepiece().string_to_id(piece))
         return self._piece_ids[piece]
 
+    def sentencepiece_text(self, texts):
+        return tf.strings.lower(texts, encoding="utf-8") if self.lowercase else texts
+
     def _tokenize_normalized(self, texts):
-        if self.lowercase:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        return self._sentencepiece().tokenize(texts)
+        return self._sentencepiece().tokenize(self.sentencepiece_text(texts))
 
     def get_config(self):
         config = super().get_config()
