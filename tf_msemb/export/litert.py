@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.text.tflite_tokenizers import tflite_tokenizer
+from tf_msemb.text.tflite_tokenizers import SentencePieceTFLite
 
 TARGETS = ("litert", "mediapipe")
 QUANTIZATIONS = ("none", "dynamic_int8")
@@ -38,7 +38,7 @@ class LiteRTEmbedder(tf.Module):
 
     def __init__(self, tokenizer, encoder, output_dim=None):
         super().__init__()
-        self.tokenizer = tflite_tokenizer(tokenizer)
+        self.tokenizer = SentencePieceTFLite(tokenizer)
         self.encoder = encoder
         self.weights = [v.value for v in encoder.weights]
         self.output_dim = output_dim
@@ -65,11 +65,14 @@ def convert(tokenizer, encoder, output_dim=None, quantization="none", target="li
     return for_mediapipe(content) if target == "mediapipe" else content
 
 
+LITERT_MISSING = "LiteRT files need ai-edge-litert: pip install 'tf_msemb[litert]'."
+
+
 def _flatbuffer_utils():
     try:
         from ai_edge_litert.tools import flatbuffer_utils
     except ImportError as e:
-        raise ImportError("LiteRT files need ai-edge-litert: pip install 'tf_msemb[litert]'.") from e
+        raise ImportError(LITERT_MISSING) from e
     return flatbuffer_utils
 
 
@@ -96,7 +99,7 @@ def interpreter(model, num_threads=1):
     try:
         from ai_edge_litert import interpreter as litert_interpreter
     except ImportError as e:
-        raise ImportError("LiteRT files need ai-edge-litert: pip install 'tf_msemb[litert]'.") from e
+        raise ImportError(LITERT_MISSING) from e
     source = {"model_content": model} if isinstance(model, (bytes, bytearray)) else {"model_path": str(model)}
     return litert_interpreter.InterpreterWithCustomOps(
         **source, num_threads=num_threads, custom_op_registerers=tf_text.tflite_registrar.SELECT_TFTEXT_OPS)

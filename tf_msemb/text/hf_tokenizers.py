@@ -103,10 +103,6 @@ class FairseqSentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
         hf_ids[processor.unk_id()] = self.unk_id
         self._hf_ids = tuple(hf_ids)  # SentencePiece id -> Hugging Face id
 
-    def _sentencepiece(self):
-        # Built per trace, as `SentencePieceTokenizer` does (see there).
-        return tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
-
     @property
     def vocabulary_size(self):
         return self._vocabulary_size
@@ -120,10 +116,6 @@ class FairseqSentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
 
     def model_ids(self, ids):
         return tf.gather(tf.constant(self._hf_ids, tf.int32), ids)
-
-    def _tokenize_normalized(self, texts):
-        ids = self._sentencepiece().tokenize(self.sentencepiece_text(texts))
-        return tf.ragged.map_flat_values(self.model_ids, ids)
 
     def fingerprint(self):
         """The base fingerprint (the model included) and the `tokenizer.json` that gives the ids, if any."""

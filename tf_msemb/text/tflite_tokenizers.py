@@ -44,12 +44,13 @@ class SentencePieceTFLite(tf.Module):
             raise ValueError(f"{type(tokenizer).__name__} without its begin and end tokens is not rebuilt for "
                              "LiteRT.")
         self.tokenizer = tokenizer
-        self.prompt = tf.constant(prompt_ids(tokenizer), tf.int32)
+        prompt = prompt_ids(tokenizer)
+        self.prompt = tf.constant(prompt, tf.int32)
         # Room for the text's own ids, as `SubwordTokenizer.tokenize` truncates prompt and text together.
-        self.text_length = tokenizer.max_length - 2 - len(prompt_ids(tokenizer))
+        self.text_length = tokenizer.max_length - 2 - len(prompt)
         if self.text_length < 1:
             raise ValueError(f"max_length {tokenizer.max_length} leaves no room for text after the prompt's "
-                             f"{len(prompt_ids(tokenizer))} tokens.")
+                             f"{len(prompt)} tokens.")
         self.sentencepiece = tf_text.FastSentencepieceTokenizer(folded_proto(tokenizer))
 
     def __call__(self, texts):
@@ -64,8 +65,3 @@ class SentencePieceTFLite(tf.Module):
         end = (1 + tf.size(self.prompt) + lengths)[:, None]
         token_ids = tf.where(columns == end, tf.constant(tokenizer.eos_id, tf.int32), body)
         return {"token_ids": token_ids, "padding_mask": columns <= end}
-
-
-def tflite_tokenizer(tokenizer):
-    """The TFLite form of `tokenizer`, or a ValueError saying why there is none."""
-    return SentencePieceTFLite(tokenizer)

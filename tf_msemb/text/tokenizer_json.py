@@ -24,7 +24,6 @@ import json
 import os
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from tf_msemb.text import normalize
 from tf_msemb.text.hf_tokenizers import ByteLevelBPETokenizer
@@ -296,10 +295,6 @@ class JsonUnigramTokenizer(SentencePieceSegmented, SubwordTokenizer):
         self.bos_id, self.eos_id = ids[bos_token], ids[eos_token]
         self.pad_id = ids.get("<pad>", self.unk_id)
 
-    def _sentencepiece(self):
-        # Built per trace, as `SentencePieceTokenizer` does (see there).
-        return tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
-
     @property
     def vocabulary_size(self):
         return self._vocabulary_size
@@ -308,9 +303,6 @@ class JsonUnigramTokenizer(SentencePieceSegmented, SubwordTokenizer):
         if self.lowercase:
             texts = tf.strings.lower(texts, encoding="utf-8")
         return spaces_to_blanks(texts) if self.whitespace_split else texts
-
-    def _tokenize_normalized(self, texts):
-        return self._sentencepiece().tokenize(self.sentencepiece_text(texts))
 
     def get_config(self):
         config = super().get_config()

@@ -165,19 +165,30 @@ def _read_bytes(path, what):
 
 
 class SentencePieceSegmented:
-    """What a tokenizer that segments with a SentencePiece model (`proto`) says of its steps around the model.
+    """A tokenizer that segments with a SentencePiece model (`proto`, a serialized `ModelProto`).
 
     Between `SubwordTokenizer`'s shared steps (prompt, `normalize_text`) and
-    the special tokens: `sentencepiece_text` (strings -> the strings the model
-    segments) and `model_ids` (the model's ids -> this tokenizer's), so that
-    a runtime without TF's string ops (`export.litert`) can rebuild them.
+    the special tokens it runs `sentencepiece_text` (strings -> the strings
+    the model segments), the model, and `model_ids` (the model's ids -> this
+    tokenizer's); a runtime without TF's string ops (`export.litert`)
+    rebuilds the same three.
     """
+
+    def _sentencepiece(self):
+        # Built per trace rather than once: the op's resource then lives with
+        # the graph that uses it (tf.data, tf.function, SavedModel) and is not
+        # lost when e.g. `tf.random.set_seed` clears the eager context.
+        return tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
 
     def sentencepiece_text(self, texts):
         return texts
 
     def model_ids(self, ids):
         return ids
+
+    def _tokenize_normalized(self, texts):
+        ids = self._sentencepiece().tokenize(self.sentencepiece_text(texts))
+        return tf.ragged.map_flat_values(self.model_ids, ids)
 
 
 class SentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
@@ -204,12 +215,6 @@ class SentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
             self.token_to_id(piece) for piece in (vocabulary.PAD, vocabulary.BOS, vocabulary.EOS, vocabulary.UNK)
         )
 
-    def _sentencepiece(self):
-        # Built per trace rather than once: the op's resource then lives with
-        # the graph that uses it (tf.data, tf.function, SavedModel) and is not
-        # lost when e.g. `tf.random.set_seed` clears the eager context.
-        return tf_text.SentencepieceTokenizer(model=self.proto, out_type=tf.int32)
-
     @property
     def vocabulary_size(self):
         return self._vocabulary_size
@@ -222,9 +227,6 @@ class SentencePieceTokenizer(SentencePieceSegmented, SubwordTokenizer):
 
     def sentencepiece_text(self, texts):
         return tf.strings.lower(texts, encoding="utf-8") if self.lowercase else texts
-
-    def _tokenize_normalized(self, texts):
-        return self._sentencepiece().tokenize(self.sentencepiece_text(texts))
 
     def get_config(self):
         config = super().get_config()
