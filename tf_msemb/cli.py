@@ -9,7 +9,8 @@ this module before anything that imports TensorFlow, and ends with
   it; the lines its libraries print while they load (cudart_stub and
   absl's "All log messages before absl::InitializeLog()") ignore that
   variable, so TensorFlow is imported here with file descriptor 2 pointed
-  at /dev/null;
+  at /dev/null (`native_logs_off`, for other such libraries too);
+  SentencePiece's C++ log shows warnings and errors only;
 - absl's Python log shows warnings and errors only;
 - an error `tf_msemb.training.errors.one_line` recognizes (bad input,
   configuration, missing files or packages, NaN loss, no TPU, ...) ends the
@@ -20,6 +21,7 @@ With `--verbosity` all of these stay as TensorFlow and absl make them, and
 every error shows its traceback.
 """
 
+import contextlib
 import os
 import re
 import sys
@@ -34,14 +36,19 @@ def verbosity_requested(args):
     return any(re.fullmatch(r"--?(v|verbosity)(=.*)?", arg) for arg in args)
 
 
-def _import_tensorflow_silently():
-    """Imports TensorFlow with stderr pointed at /dev/null (its libraries log as they load)."""
+@contextlib.contextmanager
+def native_logs_off():
+    """Points file descriptor 2 at /dev/null inside the block (libraries that log from C++ as they load or
+    start, such as TFLite's "Created TensorFlow Lite XNNPACK delegate"); a no-op with `--verbosity`."""
+    if verbosity_requested(sys.argv[1:]):
+        yield
+        return
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        import tensorflow  # noqa: F401
+        yield
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
@@ -51,7 +58,11 @@ def _import_tensorflow_silently():
 
 if not verbosity_requested(sys.argv[1:]):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    _import_tensorflow_silently()
+    with native_logs_off():
+        import tensorflow  # noqa: F401
+    import sentencepiece
+
+    sentencepiece.set_min_log_level(1)  # its normalization-table builder's INFO lines
 
 from tf_msemb.training.errors import one_line  # noqa: E402 -- imports TensorFlow, so after the lines above
 

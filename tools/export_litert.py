@@ -38,8 +38,10 @@ def main(argv):
     parts = checked_parts(FLAGS.model)
     print(parts.check)
     expected = litert.keras_vectors(parts.tokenizer, parts.encoder, PROBE_SENTENCES, parts.output_dim)
-    cosine = litert.write_litert(parts.tokenizer, parts.encoder, FLAGS.output, expected, PROBE_SENTENCES,
-                                 output_dim=parts.output_dim, quantization=FLAGS.quantization, target=FLAGS.target)
+    with cli.native_logs_off():  # the interpreter's XNNPACK line
+        cosine = litert.write_litert(parts.tokenizer, parts.encoder, FLAGS.output, expected, PROBE_SENTENCES,
+                                     output_dim=parts.output_dim, quantization=FLAGS.quantization,
+                                     target=FLAGS.target)
     size = os.path.getsize(FLAGS.output) / 2**20
     print(f"Wrote {FLAGS.output} ({FLAGS.quantization}, {FLAGS.target}, {size:.1f} MiB): min cosine {cosine:.6f} "
           "to the model over the probe sentences.")

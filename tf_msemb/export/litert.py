@@ -10,7 +10,8 @@ ships it). Two op spellings, one per runtime:
 - `target="litert"`: tensorflow-text's names, for `ai_edge_litert`'s
   interpreter with tensorflow-text's TFLite registrar (`interpreter`);
 - `target="mediapipe"`: the SentencePiece op under the name MediaPipe's
-  `TextEmbedder` resolves (`TFSentencepieceTokenizeOp`), the rest equal.
+  `TextEmbedder` resolves (`TFSentencepieceTokenizeOp`), the rest equal;
+  SentencePiece models only (MediaPipe has no kernels for WordPiece's ops).
 
 `quantization="dynamic_int8"`: TFLite's dynamic-range quantization (int8
 weights, activations quantized per call), about a quarter of the size.
@@ -20,13 +21,15 @@ import numpy as np
 import tensorflow as tf
 
 from tf_msemb.models.encoder import l2_normalize
-from tf_msemb.text.tflite_tokenizers import SentencePieceTFLite
+from tf_msemb.text.tflite_tokenizers import tflite_tokenizer
 
 TARGETS = ("litert", "mediapipe")
 QUANTIZATIONS = ("none", "dynamic_int8")
 # tensorflow-text's SentencePiece op as it converts, and the name MediaPipe's TextEmbedder registers it under.
 SENTENCEPIECE_OP = "TFText>FastSentencepieceTokenize"
 MEDIAPIPE_SENTENCEPIECE_OP = "TFSentencepieceTokenizeOp"
+# The custom ops MediaPipe's TextEmbedder resolves.
+MEDIAPIPE_OPS = ("RaggedTensorToTensor", MEDIAPIPE_SENTENCEPIECE_OP)
 
 
 class LiteRTEmbedder(tf.Module):
@@ -38,7 +41,7 @@ class LiteRTEmbedder(tf.Module):
 
     def __init__(self, tokenizer, encoder, output_dim=None):
         super().__init__()
-        self.tokenizer = SentencePieceTFLite(tokenizer)
+        self.tokenizer = tflite_tokenizer(tokenizer)
         self.encoder = encoder
         self.weights = [v.value for v in encoder.weights]
         self.output_dim = output_dim
@@ -85,11 +88,19 @@ def custom_ops(content):
 
 
 def for_mediapipe(content):
-    """The file's bytes with the SentencePiece op renamed for MediaPipe's `TextEmbedder`."""
+    """The file's bytes with the SentencePiece op renamed for MediaPipe's `TextEmbedder`.
+
+    A file calling other ops MediaPipe lacks (WordPiece's) raises instead.
+    """
     flatbuffer_utils = _flatbuffer_utils()
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
     flatbuffer_utils.rename_custom_ops(model, {SENTENCEPIECE_OP: MEDIAPIPE_SENTENCEPIECE_OP})
-    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    renamed = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+    missing = sorted(set(custom_ops(renamed)) - set(MEDIAPIPE_OPS))
+    if missing:
+        raise ValueError(f"MediaPipe's TextEmbedder has no kernels for {', '.join(missing)} (its one in-graph "
+                         "tokenizer is SentencePiece); write target=litert and load it with ai_edge_litert.")
+    return renamed
 
 
 def interpreter(model, num_threads=1):

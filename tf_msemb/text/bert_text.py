@@ -2,9 +2,9 @@
 
 `bert_normalize` follows `tokenizers`' `BertNormalizer` step by step (clean
 text, space out CJK ideographs, strip accents, lower-case) and
-`bert_words` its `BertPreTokenizer` (split on whitespace, every punctuation
-character a word of its own), so WordPiece sees the words the reference
-sees. tensorflow-text's `FastBertTokenizer` differs on purpose-built points:
+`space_punctuation` its `BertPreTokenizer` (split on whitespace, every
+punctuation character a word of its own), so WordPiece sees the words the
+reference sees. tensorflow-text's `FastBertTokenizer` differs on purpose-built points:
 it applies NFKD and case folding (`ß` -> `ss`, `ﬁ` -> `fi`, full-width ->
 ASCII) and treats control characters as word breaks, where BERT deletes them.
 Unicode classes come from RE2: unassigned code points (`Cn`) are not
@@ -43,7 +43,6 @@ def bert_normalize(texts, lowercase=True, strip_accents=None, split_cjk=True):
     return texts
 
 
-def bert_words(texts):
-    """`BertPreTokenizer`: normalized strings -> ragged words (spaces dropped, punctuation isolated)."""
-    texts = tf.strings.regex_replace(texts, f"({_PUNCTUATION})", r" \1 ")
-    return tf.strings.split(texts, sep=None)
+def space_punctuation(texts):
+    """Every punctuation character between spaces: `BertPreTokenizer`'s words are then the space-separated ones."""
+    return tf.strings.regex_replace(texts, f"({_PUNCTUATION})", r" \1 ")

@@ -5,7 +5,8 @@ still run SentencePiece with its own table, a `precompiled_charsmap` that
 rewrites the longest matching key at each position (tensorflow-text's
 `FastSentencepieceTokenizer` and its TFLite kernel). The steps this package
 runs before the model (`normalize_text`, lower-casing, `spaces_to_blanks`:
-`SubwordTokenizer.tokenize` and `SentencePieceSegmented.sentencepiece_text`)
+`SubwordTokenizer.tokenize` and `SentencePieceSegmented.sentencepiece_text`;
+BERT's normalizer and punctuation split, `WordPieceTokenizer.word_text`)
 act on single characters except where NFKC composes or a regex matches a
 sequence, so `folded_proto` evaluates them, with the package's own TF
 functions, once per key and writes one table:
@@ -14,7 +15,9 @@ functions, once per key and writes one table:
 
 over every code point, the model table's own keys, every canonical
 decomposition (the sequences NFKC composes) and `normalize_text`'s
-multi-character sequences. What a per-key table cannot do: compose a
+multi-character sequences. A WordPiece tokenizer has no SentencePiece
+model: `spelling_model` makes one of single characters around the table,
+so the table runs there too. What a per-key table cannot do: compose a
 sequence that is no canonical decomposition (e.g. a mark out of canonical
 order), and see a key's context (whitespace runs are SentencePiece's own
 `remove_extra_whitespaces`, as before). `docs/on_device.md` measures what
@@ -30,9 +33,9 @@ from sentencepiece import sentencepiece_model_pb2
 from tf_msemb.text import normalize
 from tf_msemb.text.normalize import normalize_text
 
-# Put around each key while the steps run, so that `normalize_text`'s strip keeps a key that is a space; NFKC
-# composes nothing with it and no step touches it.
-_SENTINEL = "\x01"
+# Put around each key while the steps run, so that a strip keeps a key that is a space: no canonical
+# composition starts with it, it is no control character (BERT's clean text deletes those) and no step changes it.
+_SENTINEL = "q"
 
 
 def _code_points():
@@ -67,12 +70,12 @@ def _apply_table(charsmap, texts):
     return _normalizer(charsmap).Normalize(list(texts)) if charsmap else list(texts)
 
 
-def text_steps(tokenizer):
-    """strings -> strings: what `tokenizer` does to a text before its SentencePiece model, the prompt aside."""
+def text_steps(tokenizer, segmenter_text):
+    """strings -> strings: `tokenizer`'s `normalize_text` if it has it, then `segmenter_text`, the prompt aside."""
     def steps(texts):
         if tokenizer.normalize:
             texts = normalize_text(texts)
-        return tokenizer.sentencepiece_text(texts)
+        return segmenter_text(texts)
     return steps
 
 
@@ -108,7 +111,40 @@ def folded_proto(tokenizer):
     """
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(tokenizer.proto)
-    rules = folded_rules(text_steps(tokenizer), proto.normalizer_spec.precompiled_charsmap)
+    rules = folded_rules(text_steps(tokenizer, tokenizer.sentencepiece_text),
+                         proto.normalizer_spec.precompiled_charsmap)
     proto.normalizer_spec.precompiled_charsmap = compile_rules(rules)
     proto.normalizer_spec.name = "tf_msemb_folded"
+    return proto.SerializeToString()
+
+
+# The pieces a `spelling_model` ends with: the word boundary and the character that stands for an unknown one.
+WORD_BOUNDARY = "\u2581"
+UNKNOWN_CHARACTER = "\ue000"
+
+
+def spelling_model(rules, characters):
+    """A serialized SentencePiece model that runs the table of `rules` and spells the text in `characters`.
+
+    Its pieces are `<unk>` (id 0), one per character, then `WORD_BOUNDARY`
+    and `UNKNOWN_CHARACTER` (the last two ids): segmenting and
+    detokenizing it gives the table's output with whitespace runs as single
+    spaces, the way a runtime without string ops applies a table. A
+    `WORD_BOUNDARY` in the text is no character of the words, so it becomes
+    `UNKNOWN_CHARACTER` too.
+    """
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.trainer_spec.model_type = sentencepiece_model_pb2.TrainerSpec.UNIGRAM
+    proto.trainer_spec.unk_id, proto.trainer_spec.bos_id, proto.trainer_spec.eos_id = 0, -1, -1
+    piece_type = sentencepiece_model_pb2.ModelProto.SentencePiece
+    proto.pieces.add(piece="<unk>", score=0.0, type=piece_type.UNKNOWN)
+    for character in sorted(set(characters) - {WORD_BOUNDARY, UNKNOWN_CHARACTER}) + [WORD_BOUNDARY, UNKNOWN_CHARACTER]:
+        proto.pieces.add(piece=character, score=-1.0, type=piece_type.NORMAL)
+    proto.trainer_spec.vocab_size = len(proto.pieces)
+    rules = [(key, value) for key, value in rules if key != WORD_BOUNDARY] + [(WORD_BOUNDARY, UNKNOWN_CHARACTER)]
+    proto.normalizer_spec.name = "tf_msemb_spelling"
+    proto.normalizer_spec.precompiled_charsmap = compile_rules(rules)
+    proto.normalizer_spec.add_dummy_prefix = True
+    proto.normalizer_spec.remove_extra_whitespaces = True
+    proto.normalizer_spec.escape_whitespaces = True
     return proto.SerializeToString()

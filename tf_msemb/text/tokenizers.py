@@ -18,7 +18,7 @@ import tensorflow_text as tf_text
 
 from tf_msemb.text import vocabulary
 from tf_msemb.text.bert_text import bert_normalize
-from tf_msemb.text.bert_text import bert_words
+from tf_msemb.text.bert_text import space_punctuation
 from tf_msemb.text.normalize import normalize_text
 
 
@@ -300,10 +300,14 @@ class WordPieceTokenizer(SubwordTokenizer):
     def vocabulary_size(self):
         return self._vocabulary_size
 
-    def _tokenize_normalized(self, texts):
+    def word_text(self, texts):
+        """strings -> BERT's normalized text with its words between single spaces (what WordPiece splits)."""
         texts = bert_normalize(texts, lowercase=self.lowercase, strip_accents=self.strip_accents,
                                split_cjk=self.split_cjk)
-        words = bert_words(texts)
+        return space_punctuation(texts)
+
+    def _tokenize_normalized(self, texts):
+        words = tf.strings.split(self.word_text(texts), sep=None)
         pieces = self._wp.tokenize(words.flat_values)
         # A word longer than the limit is one [UNK] (counted in characters, as BERT does).
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > self.max_word_characters
