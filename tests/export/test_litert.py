@@ -65,6 +65,9 @@ def test_edge_inputs_give_the_savedmodel_s_finite_unit_vectors(scratch):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(got, _saved_vectors(scratch["saved"], EDGES), rtol=0, atol=2e-5)
     assert litert.encode(runner, []).shape[0] == 0
+    # A fresh interpreter's first request of one text (the file's own input shape, so nothing is resized).
+    np.testing.assert_allclose(litert.encode(litert.interpreter(scratch["float32"]), [PARITY[0]]),
+                               _saved_vectors(scratch["saved"], [PARITY[0]]), rtol=0, atol=2e-5)
 
 
 def test_int8_holds_int8_weights_and_stays_within_its_stated_cosine(scratch):

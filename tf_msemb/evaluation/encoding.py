@@ -54,6 +54,9 @@ def load_model(path):
 def encode(model, sentences, batch_size=64, verbose=True):
     """Embeds `sentences` as a float32 `[n, d]` array, in their given order.
 
+    `model` maps a string tensor to vectors (a loaded export, or
+    `export.litert.LiteRTModel`).
+
     Sentences are batched in order of length, so a batch holds sentences of
     similar length and carries little padding.
     """
@@ -63,7 +66,7 @@ def encode(model, sentences, batch_size=64, verbose=True):
     progress = keras.utils.Progbar(len(sentences), unit_name="sentence", verbose=1 if verbose else 0)
     for start in range(0, len(sentences), batch_size):
         batch = [sentences[i] for i in order[start : start + batch_size]]
-        chunks.append(model(tf.constant(batch, dtype=tf.string)).numpy())
+        chunks.append(np.asarray(model(tf.constant(batch, dtype=tf.string))))
         progress.add(len(batch))
     if not chunks:
         return np.zeros((0, 0), np.float32)

@@ -104,7 +104,10 @@ def for_mediapipe(content):
 
 
 def interpreter(model, num_threads=1):
-    """`ai_edge_litert`'s interpreter on a `target="litert"` file (path or bytes), tensorflow-text's ops registered."""
+    """`ai_edge_litert`'s interpreter on a `target="litert"` file (path or bytes), tensorflow-text's ops registered.
+
+    `num_threads=None`: the interpreter's default.
+    """
     import tensorflow_text as tf_text
 
     try:
@@ -112,8 +115,10 @@ def interpreter(model, num_threads=1):
     except ImportError as e:
         raise ImportError(LITERT_MISSING) from e
     source = {"model_content": model} if isinstance(model, (bytes, bytearray)) else {"model_path": str(model)}
-    return litert_interpreter.InterpreterWithCustomOps(
+    runner = litert_interpreter.InterpreterWithCustomOps(
         **source, num_threads=num_threads, custom_op_registerers=tf_text.tflite_registrar.SELECT_TFTEXT_OPS)
+    runner.allocate_tensors()  # for a first batch of the file's own shape (one text), which `encode` does not resize
+    return runner
 
 
 def encode(runner, texts):
@@ -125,6 +130,20 @@ def encode(runner, texts):
     runner.set_tensor(inp["index"], np.array(texts, dtype=object))
     runner.invoke()
     return runner.get_tensor(out["index"])
+
+
+class LiteRTModel:
+    """A `target="litert"` file as a loaded export is used: strings (list or string tensor) -> unit vectors `[n, d]`.
+
+    `num_threads`: the interpreter's threads (None: its default).
+    """
+
+    def __init__(self, path, num_threads=None):
+        self.runner = interpreter(path, num_threads)
+
+    def __call__(self, texts):
+        texts = texts.numpy().tolist() if isinstance(texts, tf.Tensor) else list(texts)
+        return encode(self.runner, texts)
 
 
 # A float32 file computes the Keras model's function: anything below this is a wrong graph, not rounding.

@@ -2,7 +2,7 @@
 
     python tools/benchmarks/bench_encode.py --model=runs/minilm_export [--model=runs/minilm_bf16] \
         --input=../shared/data/multi30k/val.en.gz --batch_size=64 \
-        [--peer_python=/path/to/python --peer_backend=torch --peer_backend=openvino-qint8] \
+        [--peer_python=/path/to/python --peer_backend=torch --peer_backend=openvino-qint8 --peer_threads=1] \
         [--measure=throughput,latency,traffic]
 
 Sentences (the first `--limit` lines of each `--input`, cut to `--max_words`
@@ -18,7 +18,9 @@ measured in a process of its own (so a peak RSS is that contender's own):
   process; peak RSS after the first 10 and after all (a server's growth
   when every request has another shape).
 
-Each `--model` is one of our exports (raw strings in). Each `--peer_backend`
+Each `--model` is one of our exports (raw strings in), or a LiteRT file of
+one (`tools/export_litert.py`, `target=litert`: `ai_edge_litert`'s
+interpreter with `--intra_op_threads` as its threads, 0 its default). Each `--peer_backend`
 runs `SentenceTransformer.encode` (normalized, same batches) in
 `--peer_python` with that backend (`tools/benchmarks/peer_sentence_transformers.py`):
 `torch`, `torch-bf16` (CPU autocast), `onnx`, `onnx-qint8` (dynamic int8 for
@@ -42,7 +44,8 @@ or slower than the next.
 `--intra_op_threads` may repeat: each model then gets a row per setting
 (`intra 1`, `intra TF` for TensorFlow's default). A packed export's
 side-by-side sub-batches run fastest with intra-op threads at cores / streams
-(docs/benchmarks.md, "Serving threads").
+(docs/benchmarks.md, "Serving threads"). `--peer_threads` may repeat likewise:
+a row of each peer backend per setting (`threads 1`, `threads default`).
 """
 
 import hashlib
@@ -91,6 +94,8 @@ flags.DEFINE_integer("inter_op_threads", 0, "TensorFlow ops run concurrently (0:
 flags.DEFINE_string("peer_python", sys.executable, "Interpreter with sentence-transformers for the peer rows.")
 flags.DEFINE_string("peer_model", None, "sentence-transformers model directory (default: packaged all-MiniLM-L6-v2).")
 flags.DEFINE_multi_enum("peer_backend", ["torch"], BACKENDS, "Peer backends, one row each (repeat).")
+flags.DEFINE_multi_integer("peer_threads", [0], "Peer threads inside one op (0: the backend's default); repeat for "
+                           "a row of each backend per setting.")
 flags.DEFINE_bool("peer", True, "Run the peer rows when sentence-transformers is installed.")
 flags.DEFINE_string("peer_work", None, "Where the peer backends' prepared models are kept between runs "
                     "(default: a temporary directory; openvino-qint8's calibration takes minutes).")
@@ -109,7 +114,12 @@ def run_child(mode):
 
     set_threads(FLAGS.intra_op_threads[0], FLAGS.inter_op_threads)
     sentences = benchmark_sentences(FLAGS.input, FLAGS.limit, FLAGS.max_words)
-    model = load_model(FLAGS.model[0])
+    if _is_litert(FLAGS.model[0]):
+        from tf_msemb.export.litert import LiteRTModel
+
+        model = LiteRTModel(FLAGS.model[0], FLAGS.intra_op_threads[0] or None)
+    else:
+        model = load_model(FLAGS.model[0])
     if mode == "throughput":
         encode(model, sentences, FLAGS.batch_size, verbose=False)
         start = time.perf_counter()
@@ -121,7 +131,8 @@ def run_child(mode):
                   "sentences_per_second": FLAGS.passes * len(sentences) / seconds}
     else:
         def embed(request):
-            return model(tf.constant(request, dtype=tf.string)).numpy()
+            # A LiteRT file takes the list as it is (a string tensor would only be converted back).
+            return model(request) if _is_litert(FLAGS.model[0]) else model(tf.constant(request, tf.string)).numpy()
 
         if mode == "latency":
             result = traffic.latency(embed, sentences, 1, FLAGS.latency_requests)
@@ -129,6 +140,26 @@ def run_child(mode):
         else:
             result = traffic.varied_traffic(embed, sentences, FLAGS.traffic_requests)
     print(json.dumps(result | {"peak_rss_mib": traffic.peak_rss_mib()}))
+
+
+def _is_litert(model):
+    return model.endswith(".tflite")
+
+
+def disk_mib(path):
+    """Megabytes on disk of a file, or of every file under a directory."""
+    if os.path.isfile(path):
+        return os.path.getsize(path) / 2**20
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names) / 2**20
+
+
+def _peer_disk_mib(prepared):
+    """A peer's model weights on disk: its backend's file (OpenVINO's `.xml` with its `.bin`), else the safetensors."""
+    path = os.path.join(prepared["model"], prepared.get("file_name") or "model.safetensors")
+    if not os.path.exists(path):
+        return None
+    weights = os.path.splitext(path)[0] + ".bin"
+    return disk_mib(path) + (disk_mib(weights) if path.endswith(".xml") and os.path.exists(weights) else 0.0)
 
 
 def _cosines(ours, theirs):
@@ -147,8 +178,8 @@ def _cell(value, width):
 class Contender:
     """One row: an export of ours or a peer backend, with a `measure(mode, vectors)` that runs in a child."""
 
-    def __init__(self, name, measure):
-        self.name, self.measure, self.results, self.vectors = name, measure, {}, None
+    def __init__(self, name, measure, disk=None):
+        self.name, self.measure, self.results, self.vectors, self.disk = name, measure, {}, None, disk
 
 
 def cpu_lines(models):
@@ -159,6 +190,8 @@ def cpu_lines(models):
     lines = [f"CPU: {where[where.index('(') + 1:-1]}; TensorFlow's oneDNN rewrites "
              f"{'on' if kernels.onednn_opts else 'off'}"]
     for model in models:
+        if _is_litert(model):
+            continue
         metadata = os.path.join(resolve_export(model), METADATA_FILE)
         record = json.load(open(metadata, encoding="utf-8")) if os.path.exists(metadata) else {}
         precision = record.get("compute_precision")
@@ -188,7 +221,8 @@ def _ours():
                                  f"--vectors={vectors}", f"--intra_op_threads={threads}", *common],
                                 f"{mode} of {model}")
 
-            contenders.append(Contender(name + suffix, measure))
+            contenders.append(Contender(name + suffix, measure,
+                                        disk_mib(model if _is_litert(model) else resolve_export(model))))
     return contenders
 
 
@@ -213,14 +247,17 @@ def _peers(work, sentences):
         prepared = run_peer(FLAGS.peer_python, "prepare", f"--backend={backend}", f"--model={source}",
                             f"--output={output}", f"--sentences={calibration_file}")
 
-        def measure(mode, vectors, backend=backend, prepared=prepared):
-            return run_peer(FLAGS.peer_python, mode, f"--backend={backend}", f"--model={prepared['model']}",
-                            f"--file_name={prepared['file_name']}", f"--sentences={sentences_file}",
-                            f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}", f"--vectors={vectors}",
-                            f"--latency_requests={FLAGS.latency_requests}",
-                            f"--traffic_requests={FLAGS.traffic_requests}")
+        settings = list(dict.fromkeys(FLAGS.peer_threads))
+        for threads in settings:
+            def measure(mode, vectors, backend=backend, prepared=prepared, threads=threads):
+                return run_peer(FLAGS.peer_python, mode, f"--backend={backend}", f"--model={prepared['model']}",
+                                f"--file_name={prepared['file_name']}", f"--sentences={sentences_file}",
+                                f"--batch_size={FLAGS.batch_size}", f"--passes={FLAGS.passes}",
+                                f"--vectors={vectors}", f"--latency_requests={FLAGS.latency_requests}",
+                                f"--traffic_requests={FLAGS.traffic_requests}", f"--threads={threads}")
 
-        contenders.append(Contender(f"st:{backend}", measure))
+            suffix = f" threads {threads or 'default'}" if settings != [0] else ""
+            contenders.append(Contender(f"st:{backend}{suffix}", measure, _peer_disk_mib(prepared)))
     return contenders
 
 
@@ -228,7 +265,7 @@ def _print_tables(contenders, sentences):
     mean_words = sum(len(s.split()) for s in sentences) / len(sentences)
     max_words = FLAGS.max_words or "-"
     if "throughput" in FLAGS.measure:
-        peer = next((c for c in contenders if c.name == "st:torch"), None)
+        peer = next((c for c in contenders if c.name.split()[0] == "st:torch"), None)
         same_model = peer is not None and (_cosines(contenders[0].vectors, peer.vectors)[1] or 0.0) > 0.9
         reference = peer if same_model else contenders[0]
         spread = f" {'range':>13}" if FLAGS.repeats > 1 else ""
@@ -253,7 +290,7 @@ def _print_tables(contenders, sentences):
     if "latency" in FLAGS.measure:
         _print_table(contenders, "latency", [(f"b{size} {q} ms", 10, lambda r, key=f"b{size}_{q}_ms": f"{r[key]:.2f}")
                                              for size in (1, 8) for q in ("p50", "p99")]
-                     + [("peak RSS MiB", 13, lambda r: f"{r['peak_rss_mib']:.0f}")])
+                     + [("peak RSS MiB", 13, lambda r: f"{r['peak_rss_mib']:.0f}")], disk=True)
     if "traffic" in FLAGS.measure:
         _print_table(contenders, "traffic", [
             ("requests", 9, lambda r: str(r["requests"])),
@@ -264,11 +301,15 @@ def _print_tables(contenders, sentences):
         ])
 
 
-def _print_table(contenders, mode, columns):
-    """One row per contender from its `mode` results; `columns` are (title, width, result -> cell text)."""
-    print("\n" + f"{'encoder':<36}" + "".join(f" {title:>{width}}" for title, width, _ in columns))
+def _print_table(contenders, mode, columns, disk=False):
+    """One row per contender from its `mode` results; `columns` are (title, width, result -> cell text); `disk`
+    adds the model's size on disk."""
+    print("\n" + f"{'encoder':<36}" + "".join(f" {title:>{width}}" for title, width, _ in columns)
+          + (f" {'disk MiB':>9}" if disk else ""))
     for c in contenders:
-        print(f"{c.name:<36}" + "".join(f" {cell(c.results[mode]):>{width}}" for _, width, cell in columns))
+        size = ("-" if c.disk is None else f"{c.disk:.1f}") if disk else None
+        print(f"{c.name:<36}" + "".join(f" {cell(c.results[mode]):>{width}}" for _, width, cell in columns)
+              + (f" {size:>9}" if disk else ""))
 
 
 def _benchmark(work):

@@ -20,7 +20,8 @@ on `--sentences` read as a local dataset, so nothing downloads):
 `prepare` copies the model and writes the backend's files into the copy
 (untimed), printing the model directory and file to load; `throughput` times
 `SentenceTransformer.encode` (normalized) over the sentences, `latency` and
-`traffic` run `traffic.py`'s request streams. `train` times the seed-001
+`traffic` run `traffic.py`'s request streams, with `--threads` threads inside
+one op (0: the backend's default). `train` times the seed-001
 recipe as sentence-transformers runs it: the student is a copy of the
 teacher, `losses.MSELoss` between the student's embeddings of source and
 translation and the precomputed teacher vector, AdamW (lr 2e-5), one batch
@@ -61,9 +62,20 @@ def _onnx_quantization():
 
 
 def _load(args, backend=None, file_name=None):
+    """The model on `backend`; with `--threads` its runtime's threads inside one op (torch's intra-op threads,
+    ONNX Runtime's `intra_op_num_threads`, OpenVINO's `INFERENCE_NUM_THREADS`)."""
     backend = backend or args.backend
     kind = {"torch-bf16": "torch", "onnx-qint8": "onnx", "openvino-qint8": "openvino"}.get(backend, backend)
     kwargs = {"file_name": file_name} if file_name else {}
+    if args.threads and kind == "torch":
+        torch.set_num_threads(args.threads)
+    elif args.threads and kind == "onnx":
+        import onnxruntime
+
+        kwargs["session_options"] = onnxruntime.SessionOptions()
+        kwargs["session_options"].intra_op_num_threads = args.threads
+    elif args.threads:
+        kwargs["ov_config"] = {"INFERENCE_NUM_THREADS": str(args.threads)}
     return SentenceTransformer(args.model, device="cpu", backend=kind, model_kwargs=kwargs)
 
 
@@ -192,6 +204,7 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--max_length", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=0, help="threads inside one op (0: the backend's default).")
     parser.add_argument("--batch_size", type=int, default=64)
     args = parser.parse_args()
     run = {"prepare": prepare, "throughput": throughput, "latency": serve, "traffic": serve, "train": train}[args.mode]

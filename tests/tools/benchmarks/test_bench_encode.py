@@ -42,10 +42,12 @@ def test_latency_and_varied_traffic_rows_for_each_model(quickstart_run, tmp_path
     model = f"{work}/runs/quickstart/model"
     out = run([f"{REPO}/tools/benchmarks/bench_encode.py", f"--model={model}", f"--model={model}/", "--limit=50",
                "--measure=latency,traffic", "--latency_requests=5", "--traffic_requests=15", "--nopeer"], tmp_path)
-    latency = re.findall(rf"^tf_msemb:model\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+(\d+)$", out, flags=re.M)
+    latency = re.findall(rf"^tf_msemb:model\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+(\d+)\s+{NUMBER}$", out,
+                         flags=re.M)
     assert len(latency) == 2, out
-    for b1_p50, b1_p99, b8_p50, b8_p99, _ in latency:
+    for b1_p50, b1_p99, b8_p50, b8_p99, _, disk in latency:
         assert 0 < float(b1_p50) <= float(b1_p99) and 0 < float(b8_p50) <= float(b8_p99)
+        assert float(disk) > 0.1  # the export directory's files
     traffic = re.findall(rf"^tf_msemb:model\s+15\s+(\d+)\s+(\d+)\s+{NUMBER}x\s+{NUMBER}$", out, flags=re.M)
     assert len(traffic) == 2, out
     for first, end, growth, rate in traffic:
@@ -61,6 +63,23 @@ def test_a_row_of_each_model_per_intra_op_thread_setting(quickstart_run, tmp_pat
                "--intra_op_threads=1"], tmp_path)
     assert _row(out, "tf_msemb intra TF")[4] == pytest.approx(1.0, abs=1e-5)
     assert _row(out, "tf_msemb intra 1")[4] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_litert_file_gets_rows_beside_its_export_with_the_export_s_vectors(quickstart_run, tmp_path):
+    pytest.importorskip("ai_edge_litert", reason="the litert extra (ai-edge-litert) is not installed")
+    work, _ = quickstart_run
+    model = f"{work}/runs/quickstart/model"
+    litert_file = tmp_path / "embedder.tflite"
+    run([f"{REPO}/tools/export_litert.py", f"--model={model}", f"--output={litert_file}"], tmp_path)
+    out = run([f"{REPO}/tools/benchmarks/bench_encode.py", f"--model={model}", f"--model={litert_file}",
+               "--limit=100", "--batch_size=16", "--passes=1", "--measure=throughput,latency", "--latency_requests=5",
+               "--nopeer", "--intra_op_threads=1"], tmp_path)
+    # Cosines to the first model (the SavedModel): the file computes the same vectors.
+    assert _row(out, "tf_msemb:embedder.tflite intra 1")[4] == pytest.approx(1.0, abs=1e-5)
+    latency = re.search(rf"^tf_msemb:embedder.tflite intra 1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+(\d+)\s+{NUMBER}$",
+                        out, flags=re.M)
+    assert latency and 0 < float(latency.group(1)) <= float(latency.group(2)), out
+    assert float(latency.group(6)) == pytest.approx(litert_file.stat().st_size / 2**20, abs=0.05)
 
 
 def test_says_when_the_peer_side_is_missing(quickstart_run, tmp_path):
