@@ -99,7 +99,7 @@ class WordPieceTFLite(TFLiteTokenizer):
 
     def __init__(self, tokenizer):
         super().__init__(tokenizer)
-        vocabulary = tokenizer._vocabulary()
+        vocabulary = tokenizer.tokens()
         characters = {c for token in vocabulary for c in token.removeprefix("##") or token}
         rules = charsmap.folded_rules(charsmap.text_steps(tokenizer, tokenizer.word_text), b"")
         model = charsmap.spelling_model(rules, characters)
@@ -112,9 +112,11 @@ class WordPieceTFLite(TFLiteTokenizer):
             vocab=vocabulary, suffix_indicator="##", max_bytes_per_word=4 * tokenizer.max_word_characters + 4,
             token_out_type=tf.int32, unknown_token=unknown, no_pretokenization=True)
 
-    def _spell(self, pieces):
-        """Flat spelling ids -> the same with unknown and over-long words' characters `UNKNOWN_CHARACTER`."""
-        starts = tf.cast(pieces == self.boundary_id, tf.int32)
+    def _spell(self, pieces, starts):
+        """Flat spelling ids -> the same with unknown and over-long words' characters `UNKNOWN_CHARACTER`.
+
+        `starts`: 1 where a piece is a word boundary, else 0.
+        """
         # Every text's pieces begin with a boundary (the dummy prefix), so words count across the batch.
         words = tf.maximum(tf.cumsum(starts) - 1, 0)
         characters = tf.math.segment_sum(1 - starts, words)
@@ -124,17 +126,18 @@ class WordPieceTFLite(TFLiteTokenizer):
 
     def text_ids(self, texts):
         spelled = self.spelling.tokenize(texts)
-        pieces = self._spell(spelled.flat_values)
+        starts = tf.cast(spelled.flat_values == self.boundary_id, tf.int32)
+        pieces = self._spell(spelled.flat_values, starts)
         # The batch's words as one text: the detokenizer's TFLite kernel writes as many strings as its output
         # had when converted (one), so a batch of texts would overrun it.
         whole = tf.RaggedTensor.from_row_splits(pieces, tf.stack([0, tf.size(pieces)]))
         words = self.whitespace.tokenize(self.spelling.detokenize(whole)).flat_values
-        # Each text's words: its boundaries.
-        starts = tf.concat([[0], tf.cumsum(tf.cast(pieces == self.boundary_id, tf.int32))], axis=0)
+        # Each text's word count: the boundaries among its pieces.
+        boundaries = tf.concat([[0], tf.cumsum(starts)], axis=0)
         splits = tf.cast(spelled.row_splits, tf.int32)
-        counts = tf.gather(starts, splits[1:]) - tf.gather(starts, splits[:-1])
-        pieces = self.wordpiece.tokenize(words).with_row_splits_dtype(tf.int32)
-        return tf.RaggedTensor.from_row_lengths(pieces, counts).merge_dims(1, 2)
+        counts = tf.gather(boundaries, splits[1:]) - tf.gather(boundaries, splits[:-1])
+        wordpieces = self.wordpiece.tokenize(words).with_row_splits_dtype(tf.int32)
+        return tf.RaggedTensor.from_row_lengths(wordpieces, counts).merge_dims(1, 2)
 
 
 def tflite_tokenizer(tokenizer):

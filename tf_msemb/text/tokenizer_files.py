@@ -76,7 +76,7 @@ def _document(added_tokens, normalizer, pre_tokenizer, post_processor, decoder, 
 
 
 def _wordpiece(tokenizer, directory):
-    tokens = tokenizer._vocabulary()
+    tokens = tokenizer.tokens()
     index = {token: i for i, token in enumerate(tokens)}
     pad, unk, cls, sep = tokenizer._special_tokens()
     specials = [t for t in (pad, unk, cls, sep, "[MASK]") if t in index]

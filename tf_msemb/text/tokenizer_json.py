@@ -155,7 +155,7 @@ class JsonWordPieceTokenizer(WordPieceTokenizer):
         self.unk_token = model.get("unk_token", "[UNK]")
         super().__init__(self.tokenizer_file, **kwargs)
 
-    def _vocabulary(self):
+    def tokens(self):
         vocabulary = read_tokenizer_json(self.tokenizer_file)["model"]["vocab"]
         return _in_id_order(self.tokenizer_file, vocabulary)
 

@@ -274,7 +274,7 @@ class WordPieceTokenizer(SubwordTokenizer):
         self.strip_accents = strip_accents
         self.split_cjk = split_cjk
         self.max_word_characters = max_word_characters
-        vocab = self._vocabulary()
+        vocab = self.tokens()
         index = {token: i for i, token in enumerate(vocab)}
         pad, unk, cls, sep = self._special_tokens()
         missing = [t for t in (pad, unk, cls, sep) if t not in index]
@@ -288,7 +288,7 @@ class WordPieceTokenizer(SubwordTokenizer):
             vocab=vocab, suffix_indicator="##", max_bytes_per_word=4 * max_word_characters + 4,
             token_out_type=tf.int32, unknown_token=unk, no_pretokenization=True)
 
-    def _vocabulary(self):
+    def tokens(self):
         """The tokens in id order (here: the lines of `vocabulary_file`)."""
         return _read_bytes(self.vocabulary_file, "WordPiece vocabulary").decode("utf-8").splitlines()
 
