@@ -9,7 +9,8 @@
 (`tf_msemb.export.litert`). `--target=litert` (default) runs in
 `ai_edge_litert`'s interpreter with tensorflow-text's TFLite ops registered
 (`tf_msemb.export.litert.interpreter`); `--target=mediapipe` in MediaPipe's
-`TextEmbedder`. Before writing, the file's vectors are compared with the
+`TextEmbedder` (SentencePiece models; MediaPipe has no kernels for the
+WordPiece rebuild's ops, so a WordPiece model stops with one `error:` line). Before writing, the file's vectors are compared with the
 Keras model's (itself checked against the export) on sentences in several scripts (accents, full-width, empty,
 over-long): a float32 file below cosine 0.9999 is not written; an int8
 file's cosine is printed.
