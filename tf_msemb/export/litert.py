@@ -79,12 +79,14 @@ def _flatbuffer_utils():
     return flatbuffer_utils
 
 
-def custom_ops(content):
-    """The custom op names a `.tflite` file's bytes call."""
-    flatbuffer_utils = _flatbuffer_utils()
-    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+def _custom_op_names(model):
     names = (code.customCode for code in model.operatorCodes if code.customCode)
     return sorted({name.decode() if isinstance(name, bytes) else name for name in names})
+
+
+def custom_ops(content):
+    """The custom op names a `.tflite` file's bytes call."""
+    return _custom_op_names(_flatbuffer_utils().convert_bytearray_to_object(bytearray(content)))
 
 
 def for_mediapipe(content):
@@ -95,12 +97,11 @@ def for_mediapipe(content):
     flatbuffer_utils = _flatbuffer_utils()
     model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
     flatbuffer_utils.rename_custom_ops(model, {SENTENCEPIECE_OP: MEDIAPIPE_SENTENCEPIECE_OP})
-    renamed = bytes(flatbuffer_utils.convert_object_to_bytearray(model))
-    missing = sorted(set(custom_ops(renamed)) - set(MEDIAPIPE_OPS))
+    missing = sorted(set(_custom_op_names(model)) - set(MEDIAPIPE_OPS))
     if missing:
         raise ValueError(f"MediaPipe's TextEmbedder has no kernels for {', '.join(missing)} (its one in-graph "
                          "tokenizer is SentencePiece); write target=litert and load it with ai_edge_litert.")
-    return renamed
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def interpreter(model, num_threads=1):
