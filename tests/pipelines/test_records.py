@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import types
+import zipfile
 
 import apache_beam as beam
 import pytest
@@ -18,6 +20,8 @@ from tests.pipelines.conftest import ship_by_value
 from tf_msemb.data.corpora import corpus_streams
 from tf_msemb.data.records import check_shards
 from tf_msemb.data.readers import aligned_pairs
+from tf_msemb.data.readers import moses_pairs
+from tf_msemb.data.readers import tmx_pairs
 from tf_msemb.data.readers import tsv_pairs
 from tf_msemb.data.writing import write_tfrecords
 from tf_msemb.pipelines import records
@@ -83,14 +87,14 @@ def test_the_records_equal_make_tfrecords_as_multisets_and_rerun_to_the_same_byt
 def test_tsv_rows_keep_hard_negatives_and_malformed_lines_go_to_the_dead_letters(tmp_path, beam_options):
     good = ["ein Hund\ta dog\ta cat", "die Katze\tthe cat", "die Katze\tthe cat", "leer\t "]
     path = _write(tmp_path / "p.tsv", good)
-    _run_records(beam_options, {("de", "en"): [path]}, tmp_path / "beam", num_shards=2, tsv=True)
+    _run_records(beam_options, {("de", "en"): [path]}, tmp_path / "beam", num_shards=2, layout="tsv")
     write_tfrecords(tsv_pairs(path, "de", "en"), str(tmp_path / "one"), "c", 1, verbose=False, drop_duplicates=True)
     assert _records_by_pair(str(tmp_path / "beam" / "c.manifest.json")) == \
            _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
 
     bad = tmp_path / "bad.tsv"
     bad.write_bytes("ein Hund\ta dog\nno tab here\ndie Katze\tthe cat\n".encode() + b"\xff\xfe\tbroken\n")
-    result = _run_records(beam_options, {("de", "en"): [str(bad)]}, tmp_path / "dead", num_shards=2, tsv=True)
+    result = _run_records(beam_options, {("de", "en"): [str(bad)]}, tmp_path / "dead", num_shards=2, layout="tsv")
     letters = (tmp_path / "dead" / "c.dead_letters.tsv").read_text(encoding="utf-8").splitlines()
     assert [line.split("\t")[:2] for line in letters] == [[str(bad), "2"], [str(bad), "4"]]
     assert "not UTF-8" in letters[1] and "1 tab-separated field(s)" in letters[0]
@@ -136,6 +140,62 @@ def test_a_stage_that_failed_half_way_reruns_to_every_row_once(tmp_path, beam_op
     assert _records_by_pair(str(tmp_path / "out" / "c.manifest.json")) == \
            _records_by_pair(str(tmp_path / "clean" / "c.manifest.json"))
     assert sorted(os.listdir(tmp_path / "out")) == sorted(os.listdir(tmp_path / "clean"))
+
+
+def _tmx(path, units):
+    """A TMX file (gzip for `.gz`) of `units`, each `{xml:lang: segment markup}`."""
+    body = "".join("<tu>" + "".join(f'<tuv xml:lang="{lang}"><seg>{seg}</seg></tuv>' for lang, seg in unit.items())
+                   + "</tu>\n" for unit in units)
+    data = f'<?xml version="1.0" encoding="UTF-8"?>\n<tmx version="1.4"><header/><body>\n{body}</body></tmx>\n'
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "wb") as f:
+        f.write(data.encode("utf-8"))
+    return str(path)
+
+
+def _one_pair_records(tmp_path, sources):
+    """`{pair: Counter}` of `sources` (a reader's output) written by make_tfrecords' writer."""
+    write_tfrecords(sources, str(tmp_path / "one"), "c", 1, verbose=False, drop_duplicates=True)
+    return _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
+
+
+def test_tmx_files_give_make_tfrecords_rows_and_a_tu_without_a_side_is_a_dead_letter(tmp_path, beam_options):
+    first = _tmx(tmp_path / "a.tmx.gz", [{"en-GB": "the <ph>&lt;b&gt;</ph>cat", "de-DE": "die Katze"},
+                                         {"de": "ein Hund", "en": "a dog"}, {"en": "a dog", "de": "ein Hund"}])
+    second = _tmx(tmp_path / "b.tmx", [{"fr": "un oiseau", "en": "a bird", "de": "ein Vogel"}])
+    _run_records(beam_options, {("de", "en"): [first, second]}, tmp_path / "beam", num_shards=2, layout="tmx")
+    beam_records = _records_by_pair(str(tmp_path / "beam" / "c.manifest.json"))
+    rows = [row for path in (first, second) for _, _, rows in tmx_pairs(path, "de", "en") for row in rows]
+    assert beam_records == _one_pair_records(tmp_path, [("de", "en", rows)])
+    assert sum(beam_records["de-en"].values()) == 3  # the repeated dog dropped
+
+    bad = _tmx(tmp_path / "bad.tmx", [{"de": "ein Hund", "en": "a dog"}, {"de": "nur Deutsch", "fr": "allemand"}])
+    _run_records(beam_options, {("de", "en"): [bad]}, tmp_path / "dead", layout="tmx")
+    letters = [line.split("\t") for line in
+               (tmp_path / "dead" / "c.dead_letters.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [letter[:3] for letter in letters] == [[bad, "4", "no <tuv xml:lang='en'> segment (it has ['de', 'fr'])"]]
+    assert _manifest(tmp_path / "dead")["pairs"]["de-en"]["examples"] == 1
+
+
+def test_moses_zips_give_make_tfrecords_rows_and_names_read_as_aligned_files(tmp_path, beam_options):
+    archive = tmp_path / "de-en.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("OPUS.de-en.de", "\n".join(DE) + "\n")
+        z.writestr("OPUS.de-en.en", "\r\n".join(EN) + "\r\n")
+        z.writestr("OPUS.de-en.xml", "<ids/>")
+    _run_records(beam_options, {("de", "en"): [str(archive)]}, tmp_path / "beam", num_shards=2, layout="moses",
+                 max_chars=50)
+    write_tfrecords(moses_pairs(str(archive), "de", "en"), str(tmp_path / "one"), "c", 1, 50, verbose=False,
+                    drop_duplicates=True)
+    beam_records = _records_by_pair(str(tmp_path / "beam" / "c.manifest.json"))
+    assert beam_records == _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
+    assert list(beam_records) == ["de-en"] and sum(beam_records["de-en"].values()) == 6  # empty, long, 2 copies
+
+    _write(tmp_path / "x.de-en.de.gz", DE, zipped=True)
+    _write(tmp_path / "x.de-en.en", EN)
+    flags_ = types.SimpleNamespace(input=[], tsv=None, tmx=None, moses=str(tmp_path / "*.de-en"), src_lang="de",
+                                   tgt_lang="en", pivot=None)
+    assert records._inputs(flags_) == ({"de": [str(tmp_path / "x.de-en.de.gz")], "en": [str(tmp_path / "x.de-en.en")]},
+                                       "aligned", "de")
 
 
 def _cli(tmp_path, *args):

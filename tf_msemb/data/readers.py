@@ -16,6 +16,7 @@ line that is not UTF-8 is a CorpusError naming the file and line; a side that is
 import os
 import xml.parsers.expat
 import zipfile
+from typing import NamedTuple
 
 from tf_msemb.text_files import CorpusError
 from tf_msemb.text_files import decode_lines
@@ -67,50 +68,79 @@ def _language_matches(tag, lang):
 _TMX_CODES = {"bpt", "ept", "ph", "it", "ut"}
 
 
-def tmx_pairs(path, src_lang, tgt_lang):
-    """The `<tu>`s of a TMX file as `(src, tgt)` rows: each side the `<seg>` of the `<tuv>` whose `xml:lang`
-    (or TMX 1.1's `lang`) is the language (`de` matches `de-DE`), inline codes left out."""
-    parser = xml.parsers.expat.ParserCreate()
-    rows, state = [], {"tu": None, "lang": None, "seg": None, "codes": 0}
+class TranslationUnit(NamedTuple):
+    """One `<tu>` of a TMX file: its first line, its sides (`None` for a language it lacks) and the languages of
+    the segments it has."""
 
-    def start(name, attributes):
-        if name == "tu":
+    line: int
+    sides: tuple
+    languages: list
+
+    def missing(self, langs):
+        """The first of `langs` this unit has no segment for, or None."""
+        return next((lang for lang, side in zip(langs, self.sides) if side is None), None)
+
+
+def translation_units(stream, name, src_lang, tgt_lang, block=1 << 20):
+    """The `<tu>`s of a TMX byte stream, parsed as read (OPUS's large TMX files never sit in memory whole): each
+    side the `<seg>` of the `<tuv>` whose `xml:lang` (or TMX 1.1's `lang`) is the language (`de` matches `de-DE`),
+    inline codes left out. A stream that is not well-formed XML is a CorpusError naming `name` and the line."""
+    parser = xml.parsers.expat.ParserCreate()
+    units, state = [], {"tu": None, "lang": None, "seg": None, "codes": 0}
+
+    def start(tag, attributes):
+        if tag == "tu":
             state["tu"] = (parser.CurrentLineNumber, {})
-        elif name == "tuv":
+        elif tag == "tuv":
             state["lang"] = attributes.get("xml:lang") or attributes.get("lang") or ""
-        elif name == "seg":
+        elif tag == "seg":
             state["seg"] = []
-        elif name in _TMX_CODES and state["seg"] is not None:
+        elif tag in _TMX_CODES and state["seg"] is not None:
             state["codes"] += 1
 
     def text(data):
         if state["seg"] is not None and not state["codes"]:
             state["seg"].append(data)
 
-    def end(name):
-        if name == "seg" and state["tu"]:
+    def end(tag):
+        if tag == "seg" and state["tu"]:
             state["tu"][1].setdefault(state["lang"], "".join(state["seg"]))
             state["seg"] = None
-        elif name in _TMX_CODES and state["seg"] is not None:
+        elif tag in _TMX_CODES and state["seg"] is not None:
             state["codes"] -= 1
-        elif name == "tu":
+        elif tag == "tu":
             line, segments = state["tu"]
-            sides = [next((seg for tag, seg in segments.items() if _language_matches(tag, lang)), None)
-                     for lang in (src_lang, tgt_lang)]
-            missing = [lang for lang, side in zip((src_lang, tgt_lang), sides) if side is None]
-            if missing:
-                raise CorpusError(f"{path}:{line}: this <tu> has no <tuv xml:lang={missing[0]!r}> segment "
-                                  f"(it has {sorted(segments) or 'none'}).")
-            rows.append(tuple(sides))
+            sides = tuple(next((seg for lang_tag, seg in segments.items() if _language_matches(lang_tag, lang)),
+                               None) for lang in (src_lang, tgt_lang))
+            units.append(TranslationUnit(line, sides, sorted(segments)))
             state["tu"] = None
 
     parser.StartElementHandler, parser.CharacterDataHandler, parser.EndElementHandler = start, text, end
-    with open_bytes(path) as f:  # parsed as read: OPUS's large TMX files never sit in memory whole
+    try:
+        while True:
+            data = stream.read(block)
+            parser.Parse(data, not data)
+            yield from units
+            units.clear()
+            if not data:
+                return
+    except xml.parsers.expat.ExpatError as e:
+        raise CorpusError(f"{name}:{e.lineno}: not well-formed TMX ({xml.parsers.expat.ErrorString(e.code)}).") \
+            from None
+
+
+def tmx_pairs(path, src_lang, tgt_lang):
+    """A TMX file (`translation_units`) as one `(src_lang, tgt_lang, rows)` source; a `<tu>` without one of the
+    languages is a CorpusError naming the file and line."""
+    rows = []
+    with open_bytes(path) as f:
         try:
-            parser.ParseFile(f)
-        except xml.parsers.expat.ExpatError as e:
-            raise CorpusError(f"{path}:{e.lineno}: not well-formed TMX ({xml.parsers.expat.ErrorString(e.code)}).") \
-                from None
+            for unit in translation_units(f, path, src_lang, tgt_lang):
+                missing = unit.missing((src_lang, tgt_lang))
+                if missing:
+                    raise CorpusError(f"{path}:{unit.line}: this <tu> has no <tuv xml:lang={missing!r}> segment "
+                                      f"(it has {unit.languages or 'none'}).")
+                rows.append(unit.sides)
         except (OSError, EOFError) as e:
             raise CorpusError(f"Cannot read {path}: {e}") from None
     if not rows:
@@ -127,18 +157,25 @@ def _zip_member(archive, names, path, lang):
     return found[0], decode_lines(archive.read(found[0]), f"{path}:{found[0]}")
 
 
+def moses_zip_rows(stream, name, src_lang, tgt_lang):
+    """The aligned `(src, tgt)` rows of OPUS's Moses `.zip` (its `*.<src>` and `*.<tgt>` members) read from a
+    seekable byte stream; `name` is the file's name in errors."""
+    try:
+        with zipfile.ZipFile(stream) as archive:
+            names = archive.namelist()
+            (src_name, src), (tgt_name, tgt) = (_zip_member(archive, names, name, lang)
+                                                for lang in (src_lang, tgt_lang))
+    except zipfile.BadZipFile as e:
+        raise CorpusError(f"Cannot read {name} as a zip file: {e}") from None
+    return _aligned(f"{name}:{src_name}", src, f"{name}:{tgt_name}", tgt)
+
+
 def moses_pairs(path, src_lang, tgt_lang):
-    """OPUS's Moses format: `path` is the `.zip` OPUS serves (its `*.<src>` and `*.<tgt>` members), or the common
-    name of two aligned files `<path>.<src>` and `<path>.<tgt>` (either may be gzip: `<path>.<src>.gz`)."""
+    """OPUS's Moses format: `path` is the `.zip` OPUS serves (`moses_zip_rows`), or the common name of two aligned
+    files `<path>.<src>` and `<path>.<tgt>` (either may be gzip: `<path>.<src>.gz`)."""
     if os.fspath(path).endswith(".zip"):
-        try:
-            with open_bytes(path) as f, zipfile.ZipFile(f) as archive:
-                names = archive.namelist()
-                (src_name, src), (tgt_name, tgt) = (_zip_member(archive, names, path, lang)
-                                                    for lang in (src_lang, tgt_lang))
-        except zipfile.BadZipFile as e:
-            raise CorpusError(f"Cannot read {path} as a zip file: {e}") from None
-        yield src_lang, tgt_lang, _aligned(f"{path}:{src_name}", src, f"{path}:{tgt_name}", tgt)
+        with open_bytes(path) as f:
+            yield src_lang, tgt_lang, moses_zip_rows(f, path, src_lang, tgt_lang)
         return
     src_file, tgt_file = (_plain_or_gzip(f"{path}.{lang}") for lang in (src_lang, tgt_lang))
     yield src_lang, tgt_lang, _aligned(src_file, read_lines(src_file), tgt_file, read_lines(tgt_file))

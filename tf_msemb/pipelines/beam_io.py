@@ -7,6 +7,7 @@ each output file is written whole (`tf_msemb.files`) under a name fixed by
 its key, and a rerun overwrites instead of appending.
 """
 
+import contextlib
 import gzip
 import hashlib
 import logging
@@ -52,6 +53,23 @@ def dead_letter(path, number, reason, text):
     return beam.pvalue.TaggedOutput(DEAD_LETTERS, (path, number, reason, repr(text)))
 
 
+# What reading a damaged, truncated or missing file raises, through `opened`.
+READ_ERRORS = (OSError, EOFError, zlib.error, tf.errors.OpError)
+
+
+def read_error(error):
+    """The reason of one of `READ_ERRORS`, as one line."""
+    return getattr(error, "message", None) or str(error)
+
+
+@contextlib.contextmanager
+def opened(path):
+    """`path` on any file system TensorFlow reads (local, gs://, ...) as a binary stream, `.gz` decompressed as
+    read."""
+    with tf.io.gfile.GFile(path, "rb") as raw:
+        yield gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
+
+
 def _lines(stream, block=1 << 20):
     """The lines of a binary stream as `read_lines` splits them: at `\n`, `\r\n` and a lone `\r`.
 
@@ -83,18 +101,16 @@ class ReadNumberedLines(beam.DoFn):
         source, index, path = element
         number = 0
         try:
-            with tf.io.gfile.GFile(path, "rb") as raw:
-                for number, line in enumerate(_lines(gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw),
-                                              start=1):
+            with opened(path) as stream:
+                for number, line in enumerate(_lines(stream), start=1):
                     try:
                         text = line.decode("utf-8")
                     except UnicodeDecodeError as e:
                         yield dead_letter(path, number, f"not UTF-8 ({e.reason} at byte {e.start})", line)
                         text = None
                     yield (index, number), (source, text)
-        except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
-            reason = getattr(e, "message", None) or str(e)
-            raise CorpusError(f"Cannot read {path} (after line {number}): {reason}") from None
+        except READ_ERRORS as e:
+            raise CorpusError(f"Cannot read {path} (after line {number}): {read_error(e)}") from None
         if not number:
             raise CorpusError(f"Corpus file is empty: {path}")
 

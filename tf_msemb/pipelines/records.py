@@ -2,10 +2,15 @@
 
     python -m tf_msemb.pipelines.records --input='en:corpus/*.en.gz' --input='de:corpus/*.de.gz' \
         --output_dir=runs/data --prefix=web [--runner=DataflowRunner ...]
+    python -m tf_msemb.pipelines.records --tmx='opus/*.de-en.tmx.gz' --src_lang=de --tgt_lang=en ...
+    python -m tf_msemb.pipelines.records --moses='opus/*.de-en.zip' --src_lang=de --tgt_lang=en ...
 
 Line-aligned files (one glob per language; the i-th file of each glob are
-aligned line by line) pair the pivot language with every other, or TSV
-files give `src<TAB>tgt[<TAB>hard negative ...]` rows. Rows are cleaned and
+aligned line by line) pair the pivot language with every other; or one
+language pair comes as TSV files of `src<TAB>tgt[<TAB>hard negative ...]`
+rows, TMX files (OPUS's `.tmx`, one `<tu>` a row) or OPUS's Moses format
+(its `.zip` files, or the aligned `NAME.<src>` / `NAME.<tgt>` files), read
+as `tools/make_tfrecords.py` reads them (`data.readers`). Rows are cleaned and
 length-filtered by `data.writing.clean_row`, exact duplicate rows of a
 language pair are dropped, and the rest are serialized by
 `data.writing.serialize_rows` into `<prefix>.<pair>.tfrecord-0000i-of-0000n`
@@ -14,7 +19,7 @@ its content and each shard is written whole, sorted, under a temporary name,
 so a retried or rerun stage rewrites the same files. Each shard passes
 `check_shards` once written. Drops are Beam counters and manifest fields
 (`dropped_empty`, `dropped_long`, `dropped_duplicate`, and the corpus'
-`malformed` lines, which go to `<prefix>.dead_letters.tsv` as
+`malformed` lines and `<tu>`s, which go to `<prefix>.dead_letters.tsv` as
 `file<TAB>line<TAB>reason<TAB>text`).
 """
 
@@ -29,6 +34,8 @@ import tensorflow as tf
 from absl import flags
 from apache_beam.metrics import Metrics
 
+from tf_msemb.data.readers import moses_zip_rows
+from tf_msemb.data.readers import translation_units
 from tf_msemb.data.records import check_shards
 from tf_msemb.data.writing import clean_row
 from tf_msemb.data.writing import new_manifest
@@ -40,11 +47,14 @@ from tf_msemb.files import write_atomically
 from tf_msemb.models.pretrained import load_tokenizer
 from tf_msemb.pipelines.beam_io import DEAD_LETTERS
 from tf_msemb.pipelines.beam_io import MALFORMED
+from tf_msemb.pipelines.beam_io import READ_ERRORS
 from tf_msemb.pipelines.beam_io import ReadNumberedLines
 from tf_msemb.pipelines.beam_io import StageDone
 from tf_msemb.pipelines.beam_io import WriteDeadLetters
 from tf_msemb.pipelines.beam_io import dead_letter
 from tf_msemb.pipelines.beam_io import match_files
+from tf_msemb.pipelines.beam_io import opened
+from tf_msemb.pipelines.beam_io import read_error
 from tf_msemb.pipelines.beam_io import run_transform
 from tf_msemb.pipelines.beam_io import stable_hash
 from tf_msemb.text_files import CorpusError
@@ -87,6 +97,53 @@ class SplitTsv(beam.DoFn):
                                text)
             return
         yield self.pair, fields
+
+
+class ReadTranslationUnits(beam.DoFn):
+    """A TMX file -> `(pair, (src, tgt))` per `<tu>`; a `<tu>` without one of the languages goes to the dead
+    letters. A file that cannot be read, is not well-formed or holds no `<tu>` stops the pipeline, naming it."""
+
+    def __init__(self, pair, languages):
+        self.pair, self.languages = pair, languages
+
+    def process(self, element):
+        _, _, path = element
+        units = 0
+        try:
+            with opened(path) as stream:
+                for units, unit in enumerate(translation_units(stream, path, *self.languages), start=1):
+                    missing = unit.missing(self.languages)
+                    if missing:
+                        yield dead_letter(path, unit.line, f"no <tuv xml:lang={missing!r}> segment (it has "
+                                                           f"{unit.languages or 'none'})", unit.sides)
+                    else:
+                        yield self.pair, unit.sides
+        except READ_ERRORS as e:
+            raise CorpusError(f"Cannot read {path}: {read_error(e)}") from None
+        if not units:
+            raise CorpusError(f"{path}: no <tu> translation units.")
+
+
+class ReadMosesZip(beam.DoFn):
+    """OPUS's Moses `.zip` -> `(pair, (src, tgt))` per aligned line (`data.readers.moses_zip_rows`)."""
+
+    def __init__(self, pair, languages):
+        self.pair, self.languages = pair, languages
+
+    def process(self, element):
+        _, _, path = element
+        try:
+            with opened(path) as stream:
+                rows = moses_zip_rows(stream, path, *self.languages)
+        except READ_ERRORS as e:
+            raise CorpusError(f"Cannot read {path}: {read_error(e)}") from None
+        for row in rows:
+            yield self.pair, row
+
+
+# The one-pair layouts whose files are read whole, each by its DoFn.
+FILE_READERS = {"tmx": ReadTranslationUnits, "moses": ReadMosesZip}
+LAYOUTS = ("aligned", "tsv", *FILE_READERS)
 
 
 def _count(key, amount=1):
@@ -168,26 +225,29 @@ def _duplicates(element):
 
 
 class CorpusToRecords(beam.PTransform):
-    """Aligned or TSV text files -> TFRecord shards and manifest in `output_dir`; outputs the manifest's path.
+    """Parallel text files -> TFRecord shards and manifest in `output_dir`; outputs the manifest's path.
 
     Args:
         files: `{language: [paths]}` of line-aligned files (the i-th path of
-            every language aligned), or `{(src_lang, tgt_lang): [paths]}` of
-            TSV files with `tsv=True`.
+            every language aligned), or, for the one-pair layouts,
+            `{(src_lang, tgt_lang): [paths]}`.
         output_dir, prefix, num_shards, max_chars, tokenizer: as `tools/make_tfrecords.py`'s flags.
         pivot: the language paired with every other one (aligned files; default: the first).
+        layout: "aligned", or one language pair's "tsv", "tmx" or "moses" (`.zip`) files.
     """
 
     def __init__(self, files, output_dir, prefix="corpus", num_shards=4, max_chars=1000, tokenizer=None, pivot=None,
-                 tsv=False):
+                 layout="aligned"):
         super().__init__()
         if num_shards < 1:
             raise ValueError(f"num_shards must be at least 1, got {num_shards}.")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}.")
         self.files, self.output_dir, self.prefix = files, output_dir, prefix
-        self.num_shards, self.max_chars, self.tokenizer, self.tsv = num_shards, max_chars, tokenizer, tsv
-        if tsv:
+        self.num_shards, self.max_chars, self.tokenizer, self.layout = num_shards, max_chars, tokenizer, layout
+        if layout != "aligned":
             if len(files) != 1 or not isinstance(next(iter(files)), tuple):
-                raise CorpusError("TSV input is one language pair: {(src_lang, tgt_lang): [paths]}.")
+                raise CorpusError(f"{layout} input is one language pair: {{(src_lang, tgt_lang): [paths]}}.")
             self.languages = {"-".join(pair): pair for pair in files}
         else:
             self.pivot = pivot or next(iter(files))
@@ -195,14 +255,16 @@ class CorpusToRecords(beam.PTransform):
             self.languages = {f"{self.pivot}-{lang}": (self.pivot, lang) for lang in files if lang != self.pivot}
         self.pairs = list(self.languages)
 
-    def expand(self, pipeline):
-        tf.io.gfile.makedirs(self.output_dir)
+    def _rows(self, pipeline):
+        """`(pair, row)` elements and the dead letters of reading them."""
         sources = [(source, index, path) for source, paths in self.files.items() for index, path in enumerate(paths)]
-        lines = (pipeline
-                 | "Files" >> beam.Create(sources)
-                 | "Spread" >> beam.Reshuffle()
-                 | "Read" >> beam.ParDo(ReadNumberedLines()).with_outputs(DEAD_LETTERS, main="lines"))
-        if self.tsv:
+        files = pipeline | "Files" >> beam.Create(sources) | "Spread" >> beam.Reshuffle()
+        if self.layout in FILE_READERS:
+            reader = FILE_READERS[self.layout](self.pairs[0], self.languages[self.pairs[0]])
+            rows = files | "Read" >> beam.ParDo(reader).with_outputs(DEAD_LETTERS, main="rows")
+            return rows.rows, [rows[DEAD_LETTERS]]
+        lines = files | "Read" >> beam.ParDo(ReadNumberedLines()).with_outputs(DEAD_LETTERS, main="lines")
+        if self.layout == "tsv":
             rows = lines.lines | "Split" >> beam.ParDo(SplitTsv(next(iter(self.files.values())), self.pairs[0])
                                                        ).with_outputs(DEAD_LETTERS, main="rows")
         else:
@@ -210,12 +272,17 @@ class CorpusToRecords(beam.PTransform):
                     | "ByPosition" >> beam.GroupByKey()
                     | "Pair" >> beam.ParDo(PairAligned(self.files, self.pivot)).with_outputs(DEAD_LETTERS,
                                                                                                main="rows"))
-        dead = (lines[DEAD_LETTERS], rows[DEAD_LETTERS]) | "DeadLetters" >> beam.Flatten()
+        return rows.rows, [lines[DEAD_LETTERS], rows[DEAD_LETTERS]]
+
+    def expand(self, pipeline):
+        tf.io.gfile.makedirs(self.output_dir)
+        rows, letters = self._rows(pipeline)
+        dead = letters | "DeadLetters" >> beam.Flatten()
         malformed = (dead
                      | "DeadLetterFile" >> WriteDeadLetters(os.path.join(self.output_dir,
                                                                          f"{self.prefix}.{DEAD_LETTERS}.tsv"))
                      | "AsCount" >> beam.Map(lambda n: (("*", MALFORMED), n)))
-        cleaned = rows.rows | "Clean" >> beam.ParDo(CleanRows(self.max_chars)).with_outputs("counts", main="rows")
+        cleaned = rows | "Clean" >> beam.ParDo(CleanRows(self.max_chars)).with_outputs("counts", main="rows")
         unique = (cleaned.rows
                   | "CountCopies" >> beam.combiners.Count.PerElement()
                   | "DropDuplicates" >> beam.FlatMap(_duplicates).with_outputs("counts", main="rows"))
@@ -245,32 +312,50 @@ def _check_aligned(files, pivot):
         raise CorpusError(f"Each language needs as many files as the others to align them; got {counts}.")
 
 
-def _files(inputs, tsv):
-    if tsv:
-        return {"-": match_files(tsv)}
+def _moses(pattern, src_lang, tgt_lang):
+    """`--moses`'s files: a glob of `.zip` files, or of the NAMEs of aligned `NAME.<src>` / `NAME.<tgt>` files
+    (plain or .gz), as `(files, layout, pivot)`."""
+    if pattern.endswith(".zip"):
+        return {(src_lang, tgt_lang): match_files(pattern)}, "moses", None
+    sides = {}
+    for lang in (src_lang, tgt_lang):
+        try:
+            sides[lang] = match_files(f"{pattern}.{lang}")
+        except CorpusError:
+            sides[lang] = match_files(f"{pattern}.{lang}.gz")
+    return sides, "aligned", src_lang
+
+
+def _inputs(FLAGS):
+    """The flags' files as `(files, layout, pivot)` for `CorpusToRecords`."""
+    one_pair = {"tsv": FLAGS.tsv, "tmx": FLAGS.tmx, "moses": FLAGS.moses}
+    given = [f"--{name}" for name, pattern in one_pair.items() if pattern] + ["--input"] * bool(FLAGS.input)
+    if len(given) > 1:
+        raise CorpusError(f"Give one of --input, --tsv, --tmx and --moses, not {' and '.join(given)}.")
+    for layout, pattern in one_pair.items():
+        if pattern:
+            if not (FLAGS.src_lang and FLAGS.tgt_lang):
+                raise CorpusError(f"--{layout} needs --src_lang and --tgt_lang.")
+            if layout == "moses":
+                return _moses(pattern, FLAGS.src_lang, FLAGS.tgt_lang)
+            return {(FLAGS.src_lang, FLAGS.tgt_lang): match_files(pattern)}, layout, None
     files = {}
-    for spec in inputs:
+    for spec in FLAGS.input:
         lang, sep, pattern = spec.partition(":")
         if not sep or not lang or not pattern:
             raise CorpusError(f"--input={spec!r} is not LANG:GLOB.")
         files[lang] = match_files(pattern)
     if not files:
-        raise CorpusError("Nothing to read: give --input=LANG:GLOB (twice or more) or --tsv=GLOB.")
-    return files
+        raise CorpusError("Nothing to read: give --input=LANG:GLOB (twice or more), --tsv, --tmx or --moses.")
+    return files, "aligned", FLAGS.pivot
 
 
 def main(argv):
     """Builds and runs the pipeline from the flags; `argv`'s leftovers are Beam's pipeline options."""
     FLAGS = flags.FLAGS
-    if FLAGS.tsv and FLAGS.input:
-        raise CorpusError("Give either --tsv or --input, not both.")
-    if FLAGS.tsv and not (FLAGS.src_lang and FLAGS.tgt_lang):
-        raise CorpusError("--tsv needs --src_lang and --tgt_lang.")
-    files = _files(FLAGS.input, FLAGS.tsv)
-    if FLAGS.tsv:
-        files = {(FLAGS.src_lang, FLAGS.tgt_lang): files["-"]}
+    files, layout, pivot = _inputs(FLAGS)
     run_transform(CorpusToRecords(files, FLAGS.output_dir, FLAGS.prefix, FLAGS.num_shards, FLAGS.max_chars,
-                                  FLAGS.tokenizer, FLAGS.pivot, tsv=bool(FLAGS.tsv)), argv[1:])
+                                  FLAGS.tokenizer, pivot, layout=layout), argv[1:])
     print(f"Manifest: {os.path.join(FLAGS.output_dir, FLAGS.prefix)}.manifest.json")
 
 
@@ -279,8 +364,11 @@ def define_flags():
     flags.DEFINE_multi_string("input", [], "LANG:GLOB of line-aligned text files (plain or .gz); repeat per language.")
     flags.DEFINE_string("pivot", None, "Language paired with every other one (default: the first --input).")
     flags.DEFINE_string("tsv", None, "A glob of src<TAB>tgt[<TAB>hard negatives] files instead of --input.")
-    flags.DEFINE_string("src_lang", None, "Source language tag of --tsv.")
-    flags.DEFINE_string("tgt_lang", None, "Target language tag of --tsv.")
+    flags.DEFINE_string("tmx", None, "A glob of TMX files (OPUS's .tmx, plain or .gz) instead of --input.")
+    flags.DEFINE_string("moses", None, "OPUS's Moses format instead of --input: a glob of its .zip files, or of "
+                        "the NAMEs of NAME.src and NAME.tgt aligned files (plain or .gz).")
+    flags.DEFINE_string("src_lang", None, "Source language tag of --tsv, --tmx or --moses.")
+    flags.DEFINE_string("tgt_lang", None, "Target language tag of --tsv, --tmx or --moses.")
     flags.DEFINE_string("output_dir", None, "Directory for shards and manifest (local or a runner's file system).")
     flags.DEFINE_string("prefix", "corpus", "File name prefix of the shards and the manifest.")
     flags.DEFINE_integer("num_shards", 4, "Shards per language pair.")
