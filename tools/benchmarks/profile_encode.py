@@ -33,7 +33,7 @@ from tf_msemb.models.pretrained import load_pretrained
 from tf_msemb.models.precision import with_precision
 
 flags.DEFINE_string("model", "all-MiniLM-L6-v2", "A load_pretrained name or directory.")
-flags.DEFINE_multi_string("input", [], "Text files, one sentence a line.")
+flags.DEFINE_multi_string("input", None, "Text files, one sentence a line.")
 flags.DEFINE_integer("limit", 5000, "Sentences taken from each input at most.")
 flags.DEFINE_integer("batch_size", 64, "Sentences per batch.")
 flags.DEFINE_enum("order", "given", ["given", "sorted"], "Batches in file order or from length-sorted sentences.")
