@@ -152,9 +152,9 @@ def _tmx(path, units):
     return str(path)
 
 
-def _one_pair_records(tmp_path, sources):
+def _one_pair_records(tmp_path, sources, max_chars=1000):
     """`{pair: Counter}` of `sources` (a reader's output) written by make_tfrecords' writer."""
-    write_tfrecords(sources, str(tmp_path / "one"), "c", 1, verbose=False, drop_duplicates=True)
+    write_tfrecords(sources, str(tmp_path / "one"), "c", 1, max_chars, verbose=False, drop_duplicates=True)
     return _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
 
 
@@ -184,10 +184,8 @@ def test_moses_zips_give_make_tfrecords_rows_and_names_read_as_aligned_files(tmp
         z.writestr("OPUS.de-en.xml", "<ids/>")
     _run_records(beam_options, {("de", "en"): [str(archive)]}, tmp_path / "beam", num_shards=2, layout="moses",
                  max_chars=50)
-    write_tfrecords(moses_pairs(str(archive), "de", "en"), str(tmp_path / "one"), "c", 1, 50, verbose=False,
-                    drop_duplicates=True)
     beam_records = _records_by_pair(str(tmp_path / "beam" / "c.manifest.json"))
-    assert beam_records == _records_by_pair(str(tmp_path / "one" / "c.manifest.json"))
+    assert beam_records == _one_pair_records(tmp_path, moses_pairs(str(archive), "de", "en"), max_chars=50)
     assert list(beam_records) == ["de-en"] and sum(beam_records["de-en"].values()) == 6  # empty, long, 2 copies
 
     _write(tmp_path / "x.de-en.de.gz", DE, zipped=True)

@@ -76,9 +76,10 @@ class TranslationUnit(NamedTuple):
     sides: tuple
     languages: list
 
-    def missing(self, langs):
-        """The first of `langs` this unit has no segment for, or None."""
-        return next((lang for lang, side in zip(langs, self.sides) if side is None), None)
+    def missing_side(self, langs):
+        """Why this unit is not a row of `langs` ("no <tuv xml:lang='en'> segment (it has [...])"), or None."""
+        lang = next((lang for lang, side in zip(langs, self.sides) if side is None), None)
+        return lang and f"no <tuv xml:lang={lang!r}> segment (it has {self.languages or 'none'})"
 
 
 def translation_units(stream, name, src_lang, tgt_lang, block=1 << 20):
@@ -136,10 +137,9 @@ def tmx_pairs(path, src_lang, tgt_lang):
     with open_bytes(path) as f:
         try:
             for unit in translation_units(f, path, src_lang, tgt_lang):
-                missing = unit.missing((src_lang, tgt_lang))
+                missing = unit.missing_side((src_lang, tgt_lang))
                 if missing:
-                    raise CorpusError(f"{path}:{unit.line}: this <tu> has no <tuv xml:lang={missing!r}> segment "
-                                      f"(it has {unit.languages or 'none'}).")
+                    raise CorpusError(f"{path}:{unit.line}: this <tu> has {missing}.")
                 rows.append(unit.sides)
         except (OSError, EOFError) as e:
             raise CorpusError(f"Cannot read {path}: {e}") from None

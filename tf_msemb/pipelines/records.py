@@ -99,45 +99,40 @@ class SplitTsv(beam.DoFn):
         yield self.pair, fields
 
 
-class ReadTranslationUnits(beam.DoFn):
-    """A TMX file -> `(pair, (src, tgt))` per `<tu>`; a `<tu>` without one of the languages goes to the dead
-    letters. A file that cannot be read, is not well-formed or holds no `<tu>` stops the pipeline, naming it."""
+class ReadPairFile(beam.DoFn):
+    """One file of a language pair, read whole by `read(stream, path)` -> `(pair, row)` elements (and dead
+    letters). A file that cannot be read stops the pipeline with a `CorpusError` naming it."""
 
     def __init__(self, pair, languages):
         self.pair, self.languages = pair, languages
 
     def process(self, element):
         _, _, path = element
-        units = 0
         try:
             with opened(path) as stream:
-                for units, unit in enumerate(translation_units(stream, path, *self.languages), start=1):
-                    missing = unit.missing(self.languages)
-                    if missing:
-                        yield dead_letter(path, unit.line, f"no <tuv xml:lang={missing!r}> segment (it has "
-                                                           f"{unit.languages or 'none'})", unit.sides)
-                    else:
-                        yield self.pair, unit.sides
+                yield from self.read(stream, path)
         except READ_ERRORS as e:
             raise CorpusError(f"Cannot read {path}: {read_error(e)}") from None
+
+
+class ReadTranslationUnits(ReadPairFile):
+    """A TMX file: a row per `<tu>`; a `<tu>` without one of the languages goes to the dead letters, and a file
+    that is not well-formed or holds no `<tu>` stops the pipeline, naming it."""
+
+    def read(self, stream, path):
+        units = 0
+        for units, unit in enumerate(translation_units(stream, path, *self.languages), start=1):
+            missing = unit.missing_side(self.languages)
+            yield dead_letter(path, unit.line, missing, unit.sides) if missing else (self.pair, unit.sides)
         if not units:
             raise CorpusError(f"{path}: no <tu> translation units.")
 
 
-class ReadMosesZip(beam.DoFn):
-    """OPUS's Moses `.zip` -> `(pair, (src, tgt))` per aligned line (`data.readers.moses_zip_rows`)."""
+class ReadMosesZip(ReadPairFile):
+    """OPUS's Moses `.zip`: a row per aligned line (`data.readers.moses_zip_rows`)."""
 
-    def __init__(self, pair, languages):
-        self.pair, self.languages = pair, languages
-
-    def process(self, element):
-        _, _, path = element
-        try:
-            with opened(path) as stream:
-                rows = moses_zip_rows(stream, path, *self.languages)
-        except READ_ERRORS as e:
-            raise CorpusError(f"Cannot read {path}: {read_error(e)}") from None
-        for row in rows:
+    def read(self, stream, path):
+        for row in moses_zip_rows(stream, path, *self.languages):
             yield self.pair, row
 
 
