@@ -86,6 +86,8 @@ def _sources():
         lang, sep, path = spec.partition(":")
         if not sep or not lang or not path:
             raise CorpusError(f"--input={spec!r} is not LANG:PATH.")
+        if lang in files:
+            raise CorpusError(f"--input gives {lang} twice ({files[lang]} and {path}): one file a language.")
         files[lang] = path
     if not files:
         raise CorpusError("Nothing to read: give --input=LANG:PATH (twice or more), --tsv, --tmx, --moses or "

@@ -68,8 +68,9 @@ def main(argv):
     for lang, texts in lines.items():
         with open(os.path.join(FLAGS.output_dir, f"stsb.{FLAGS.split}.{lang}.txt"), "w", encoding="utf-8") as f:
             f.write("".join(f"{text}\n" for text in texts))
-    print(f"{len(lines['en'])} aligned lines in {len(lines)} languages written to {FLAGS.output_dir} "
-          f"({excluded} English sentences of the {FLAGS.exclude_split} split left out)")
+    left_out = (f"{excluded} English sentences of the {FLAGS.exclude_split} split left out" if FLAGS.exclude_split
+                else "no split left out")
+    print(f"{len(lines['en'])} aligned lines in {len(lines)} languages written to {FLAGS.output_dir} ({left_out})")
 
 
 if __name__ == "__main__":

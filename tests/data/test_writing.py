@@ -68,20 +68,29 @@ def test_tsv_with_hard_negatives(tmp_path):
         list(tsv_pairs(bad, "de", "en"))
 
 
-def test_cli_reports_a_clear_error(tmp_path):
+def test_two_sources_of_one_pair_are_refused_not_overwritten(tmp_path):
+    first = [("en", "de", [("one", "eins")]), ("en", "de", [("two", "zwei")])]
+    with pytest.raises(CorpusError, match="Two sources of the pair en-de"):
+        write_tfrecords(iter(first), str(tmp_path / "o"), "t", 1, verbose=False)
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ((("en", ["1", "2"]), ("de", ["1"])), "error: Line counts differ"),
+    ((("en", ["1"]), ("de", ["1"]), ("de", ["2"])), "error: --input gives de twice"),
+])
+def test_cli_reports_a_clear_error(tmp_path, inputs, message):
     import subprocess
     import sys
 
-    en = _write(tmp_path / "a.en", ["1", "2"])
-    de = _write(tmp_path / "a.de", ["1"])
+    paths = [f"--input={lang}:{_write(tmp_path / f'{i}.{lang}', lines)}" for i, (lang, lines) in enumerate(inputs)]
     result = subprocess.run(
-        [sys.executable, "tools/make_tfrecords.py", f"--input=en:{en}", f"--input=de:{de}", f"--output_dir={tmp_path}/o"],
+        [sys.executable, "tools/make_tfrecords.py", *paths, f"--output_dir={tmp_path}/o"],
         capture_output=True,
         text=True,
         cwd=__import__("conftest").REPO,
     )
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1].startswith("error: Line counts differ")
+    assert result.stderr.strip().splitlines()[-1].startswith(message)
 
 
 def test_whitespace_runs_become_one_space_and_duplicates_drop_only_when_asked(tmp_path):

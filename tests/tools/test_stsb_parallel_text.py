@@ -46,6 +46,18 @@ def test_rows_become_aligned_lines_each_english_sentence_once_without_dev_senten
     assert {pair: info["examples"] for pair, info in manifest["pairs"].items()} == {"en-de": 4, "en-ja": 4}
 
 
+def test_an_empty_exclude_split_keeps_every_sentence_and_says_so(tmp_path):
+    write_stsb(tmp_path)
+    out = tmp_path / "text"
+    result = subprocess.run([sys.executable, os.path.join(REPO, "tools", "stsb_parallel_text.py"),
+                             f"--stsb_dir={tmp_path}", "--languages=de", "--exclude_split=", f"--output_dir={out}"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (out / "stsb.train.en.txt").read_text(encoding="utf-8").splitlines() == [
+        "A man plays.", "A dog runs.", "Dev sentence.", "The cat sleeps.", "A bird sings."]
+    assert result.stdout.strip().endswith("(no split left out)")
+
+
 def test_row_counts_that_differ_end_in_one_error_line(tmp_path):
     write_stsb(tmp_path)
     (tmp_path / "stsb-ja-train.csv").write_text('"a","b",1.0\n', encoding="utf-8")
