@@ -35,6 +35,7 @@ from absl import flags
 
 from tf_msemb.text_files import CorpusError
 from tf_msemb.data.readers import aligned_pairs
+from tf_msemb.data.readers import language_inputs
 from tf_msemb.data.readers import moses_pairs
 from tf_msemb.data.readers import parallel_directory_pairs
 from tf_msemb.data.readers import tmx_pairs
@@ -81,14 +82,7 @@ def _sources():
             if not (FLAGS.src_lang and FLAGS.tgt_lang):
                 raise CorpusError(f"--{name} needs --src_lang and --tgt_lang.")
             return reader(path, FLAGS.src_lang, FLAGS.tgt_lang)
-    files = {}
-    for spec in FLAGS.input:
-        lang, sep, path = spec.partition(":")
-        if not sep or not lang or not path:
-            raise CorpusError(f"--input={spec!r} is not LANG:PATH.")
-        if lang in files:
-            raise CorpusError(f"--input gives {lang} twice ({files[lang]} and {path}): one file a language.")
-        files[lang] = path
+    files = language_inputs(FLAGS.input)
     if not files:
         raise CorpusError("Nothing to read: give --input=LANG:PATH (twice or more), --tsv, --tmx, --moses or "
                           "--parallel_dir.")

@@ -230,3 +230,10 @@ def test_run_turns_a_worker_corpus_error_into_one(tmp_path, beam_options):
                                            DE[:3])]}, str(tmp_path / "o"), "c")
     with pytest.raises(CorpusError, match=r"a.de has no line ([4-9]|10) but .*a.en has"):
         run(pipeline)
+
+
+def test_a_language_given_twice_is_refused_as_make_tfrecords_refuses_it(tmp_path):
+    flags_ = types.SimpleNamespace(input=[f"en:{tmp_path}/a.en", f"de:{tmp_path}/a.de", f"de:{tmp_path}/b.de"],
+                                   tsv=None, tmx=None, moses=None, src_lang=None, tgt_lang=None, pivot=None)
+    with pytest.raises(CorpusError, match="--input gives de twice"):
+        records._inputs(flags_)

@@ -31,6 +31,19 @@ def _aligned(src_name, src_lines, tgt_name, tgt_lines):
     return list(zip(src_lines, tgt_lines))
 
 
+def language_inputs(specs):
+    """`{lang: path}` of `--input=LANG:PATH` specs; a malformed spec or a language given twice is a CorpusError."""
+    files = {}
+    for spec in specs:
+        lang, sep, path = spec.partition(":")
+        if not sep or not lang or not path:
+            raise CorpusError(f"--input={spec!r} is not LANG:PATH.")
+        if lang in files:
+            raise CorpusError(f"--input gives {lang} twice ({files[lang]} and {path}): one file a language.")
+        files[lang] = path
+    return files
+
+
 def aligned_pairs(files_by_language, pivot):
     """Pairs the pivot language's lines with every other language's lines.
 

@@ -85,9 +85,10 @@ def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max
     Rows are cleaned by `clean_row` (dropped and counted when a side is empty
     or longer than `max_chars` characters); with `drop_duplicates`, a row
     equal to an earlier one of its pair (after cleaning) is dropped and
-    counted too. A pair may come from one source only. With `tokenizer`, each record also stores both sides'
-    token ids (`src_ids`, `tgt_ids`) and the manifest the tokenizer's
-    fingerprint, so training can skip tokenization (`make_dataset.pretokenized`).
+    counted too. A pair may come from one source only. With `tokenizer`,
+    each record also stores both sides' token ids (`src_ids`, `tgt_ids`) and
+    the manifest the tokenizer's fingerprint, so training can skip
+    tokenization (`make_dataset.pretokenized`).
     `manifest_fields` are recorded in the manifest beside the pairs (what a
     reader held out, for one). Returns the manifest dict (also written as JSON).
     """
@@ -99,7 +100,7 @@ def write_tfrecords(pair_sources, output_dir, prefix="corpus", num_shards=4, max
         pair = f"{src_lang}-{tgt_lang}"
         if pair in manifest["pairs"]:  # its shards would be overwritten by the second source
             raise CorpusError(f"Two sources of the pair {pair}: join them into one, or write each under its own "
-                              f"prefix.")
+                              "prefix.")
         files = shard_files(prefix, pair, num_shards)
         counts = collections.Counter()
         progress = keras.utils.Progbar(len(rows), unit_name="pair", verbose=1 if verbose else 0)

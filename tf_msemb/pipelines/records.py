@@ -34,6 +34,7 @@ import tensorflow as tf
 from absl import flags
 from apache_beam.metrics import Metrics
 
+from tf_msemb.data.readers import language_inputs
 from tf_msemb.data.readers import moses_zip_rows
 from tf_msemb.data.readers import translation_units
 from tf_msemb.data.records import check_shards
@@ -334,12 +335,7 @@ def _inputs(FLAGS):
             if layout == "moses":
                 return _moses(pattern, FLAGS.src_lang, FLAGS.tgt_lang)
             return {(FLAGS.src_lang, FLAGS.tgt_lang): match_files(pattern)}, layout, None
-    files = {}
-    for spec in FLAGS.input:
-        lang, sep, pattern = spec.partition(":")
-        if not sep or not lang or not pattern:
-            raise CorpusError(f"--input={spec!r} is not LANG:GLOB.")
-        files[lang] = match_files(pattern)
+    files = {lang: match_files(pattern) for lang, pattern in language_inputs(FLAGS.input).items()}
     if not files:
         raise CorpusError("Nothing to read: give --input=LANG:GLOB (twice or more), --tsv, --tmx or --moses.")
     return files, "aligned", FLAGS.pivot
