@@ -152,6 +152,13 @@ def provenance_table(metadata):
         rows = [("source", _source(provenance.get("source"))), ("command", f"`{provenance.get('command')}`")]
     else:
         rows = [("source", "not recorded")]
+    axes = provenance.get("principal_axes")
+    if axes:
+        counts = axes.get("sentences") or {}
+        rows.append(("principal axes", f"`{axes.get('rotated_export')}` rotated onto the principal axes of its "
+                     f"vectors of {sum(counts.values())} sentences ({', '.join(counts)}) of "
+                     f"{', '.join(axes.get('corpora') or [])}; energy a cut keeps: " + ", ".join(
+                         f"{width} dims {share:.1%}" for width, share in (axes.get("energy_kept") or {}).items())))
     return "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 

@@ -27,6 +27,7 @@ from tf_msemb.export.saved_model import OPERATIVE_CONFIG
 from tf_msemb.export.transformers_weights import transformers_checkpoint
 from tf_msemb.models.encoder import Embedder
 from tf_msemb.models.heads import DenseHead
+from tf_msemb.models.heads import PrincipalAxes
 from tf_msemb.models.heads import ProjectedEncoder
 from tf_msemb.text.tokenizer_files import write_tokenizer_files
 
@@ -73,14 +74,16 @@ def modules_of(encoder):
 
     Raises, naming the class, for anything that is not an `Embedder` under
     `DenseHead`s and `ProjectedEncoder`s, a pooling sentence-transformers has
-    no mode for, or a normalization before a Dense layer.
+    no mode for, or a normalization before a Dense layer other than a `PrincipalAxes` rotation.
     """
-    dense, current = [], encoder
+    dense, rotations, current = [], [], encoder
     while not isinstance(current, Embedder):
         if isinstance(current, DenseHead):
             dense = list(current.dense) + dense
         elif isinstance(current, ProjectedEncoder):
             dense = [current.projection] + dense
+            if isinstance(current, PrincipalAxes):
+                rotations.append(current.projection)
         else:
             raise ValueError(f"{type(current).__name__} is not written as sentence-transformers modules; written: an "
                              "Embedder (SentenceEncoder, a pretrained start) under DenseHead / ProjectedEncoder.")
@@ -90,7 +93,8 @@ def modules_of(encoder):
     if names is None or any(name not in POOLING_MODES for name in names):
         raise ValueError(f"pooling {spec!r} has no sentence-transformers Pooling mode; written: "
                          f"{', '.join(POOLING_MODES)} and their concatenations.")
-    if current.normalize and dense:
+    # A rotation keeps lengths, so normalizing after it (Pooling -> Dense -> Normalize) gives the same vectors.
+    if current.normalize and any(layer not in rotations for layer in dense):
         raise ValueError(f"{current.name} L2-normalizes before its Dense layers, which sentence-transformers' module "
                          "order here (Pooling -> Dense -> Normalize) does not hold.")
     return current, dense

@@ -1,7 +1,9 @@
 """Heads placed on top of an encoder."""
 
 import keras
+import numpy as np
 
+from tf_msemb.models.encoder import ensure_built
 from tf_msemb.models.encoder import l2_normalize
 
 
@@ -38,6 +40,45 @@ class ProjectedEncoder(keras.Model):
     def from_config(cls, config):
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="tf_msemb")
+class PrincipalAxes(ProjectedEncoder):
+    """An encoder's vectors turned onto their principal axes, so that their first d dimensions keep the most.
+
+    `y = x R` with R orthogonal, its columns the eigenvectors of the vectors'
+    second-moment matrix `E[x x^T]` on a sample of sentences, largest
+    eigenvalue first (`adapt`). R changes no cosine; the first d columns
+    span the d-dimensional subspace keeping the most of the vectors' energy
+    (Eckart & Young 1936), so an export cut to d (`inference_module.output_dim`)
+    keeps more than a cut of the raw vectors does, for a model trained
+    without nested widths. Uncentred, so the rotation stays a rotation.
+    Fixed once adapted: never trained.
+    """
+
+    def __init__(self, encoder, output_dim=None, **kwargs):
+        super().__init__(encoder, output_dim or encoder.output_dim, **kwargs)
+        if self.output_dim != encoder.output_dim:
+            raise ValueError(f"PrincipalAxes keeps the encoder's {encoder.output_dim} dimensions; got "
+                             f"output_dim={output_dim}.")
+        self.projection.trainable = False
+
+    def adapt(self, vectors):
+        """Sets R from `[n, d]` `vectors` (the encoder's, on sentences like those it will serve); returns the
+        eigenvalues of `E[x x^T]`, largest first (their running sum: the energy a cut keeps)."""
+        vectors = np.asarray(vectors, np.float64)
+        if vectors.ndim != 2 or vectors.shape[1] != self.output_dim or len(vectors) < self.output_dim:
+            raise ValueError(f"PrincipalAxes.adapt needs at least {self.output_dim} vectors of width "
+                             f"{self.output_dim}; got an array of shape {vectors.shape}.")
+        eigenvalues, eigenvectors = np.linalg.eigh(vectors.T @ vectors / len(vectors))
+        order = np.argsort(-eigenvalues, kind="stable")
+        rotation = eigenvectors[:, order]
+        # Each axis points where its largest entry is positive: the same R from the same vectors, any LAPACK.
+        rotation *= np.sign(rotation[np.argmax(np.abs(rotation), axis=0), np.arange(self.output_dim)])
+        ensure_built(self)
+        self.projection.kernel.assign(rotation.astype(np.float32))
+        self.projection.bias.assign(np.zeros(self.output_dim, np.float32))
+        return eigenvalues[order]
 
 
 @keras.saving.register_keras_serializable(package="tf_msemb")
