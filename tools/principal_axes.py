@@ -5,8 +5,8 @@
         --output=runs/recipe/export/best_axes [--per_language=1000] [--output_dim=128]
 
 The export's vectors of up to `--per_language` distinct sentences of each
-language of the corpora (both sides of every pair, sampled with `--seed`;
-`--languages` keeps some only)
+language of each corpus (both sides of every pair, sampled with `--seed`;
+`--languages` keeps some only; every corpus an equal share)
 set an orthogonal rotation R (`models.heads.PrincipalAxes`: the eigenvectors
 of their second-moment matrix, largest first), and the new export serves
 `x R`. Every cosine at full width stays as it was (R is a rotation); cut to
@@ -39,7 +39,7 @@ from tf_msemb.text_files import CorpusError
 
 flags.DEFINE_string("model", None, "The export (or a training model_dir: its export/final) to rotate.")
 flags.DEFINE_multi_string("corpus", [], "Manifest of records whose sentences set the axes (repeat for several).")
-flags.DEFINE_integer("per_language", 1000, "Distinct sentences sampled from each language of the corpora.")
+flags.DEFINE_integer("per_language", 1000, "Distinct sentences sampled from each language of each corpus.")
 flags.DEFINE_list("languages", [], "Sample these languages of the corpora only (default: every one).")
 flags.DEFINE_integer("seed", 0, "Seed of the sample.")
 flags.DEFINE_integer("output_dim", None, "Also cut the new export's vectors to this many dimensions.")
@@ -52,19 +52,23 @@ REPORTED_WIDTHS = (512, 256, 128, 64, 32)
 
 
 def sample_sentences(corpora, per_language, seed, languages=()):
-    """`{lang: sentences}`: up to `per_language` distinct sentences of each language of `corpora` (of `languages`
-    only, when given), seeded."""
-    by_language = {}
+    """`{lang: sentences}`: up to `per_language` distinct sentences of each language of each of `corpora` (of
+    `languages` only, when given), seeded: every corpus an equal share, as the training mixture gives it."""
+    rng, sample, found = random.Random(seed), {}, set()
     for corpus in corpora:
+        by_language = {}
         for src_lang, tgt_lang, rows in record_pairs(corpus):
             for lang, side in ((src_lang, 0), (tgt_lang, 1)):
                 if not languages or lang in languages:
                     by_language.setdefault(lang, {}).update(dict.fromkeys(row[side] for row in rows if row[side]))
-    missing = [lang for lang in languages if lang not in by_language]
+        for lang, sentences in sorted(by_language.items()):
+            found.add(lang)
+            sentences = sorted(set(sentences) - set(sample.get(lang, ())))
+            sample.setdefault(lang, []).extend(rng.sample(sentences, min(per_language, len(sentences))))
+    missing = [lang for lang in languages if lang not in found]
     if missing:
         raise CorpusError(f"--languages names {', '.join(missing)}, which {', '.join(corpora)} do not hold.")
-    rng = random.Random(seed)
-    return {lang: rng.sample(sorted(found), min(per_language, len(found))) for lang, found in sorted(by_language.items())}
+    return dict(sorted(sample.items()))
 
 
 def main(argv):

@@ -83,3 +83,15 @@ def test_a_sample_too_small_or_a_missing_language_is_one_error_line(export, quic
     assert result.returncode != 0 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and message in last
+
+
+def test_every_corpus_gives_its_own_share_of_the_sample(export, quickstart_records, tmp_path):
+    from tf_msemb.data.writing import write_tfrecords
+
+    # A small corpus beside the large one: sampling the union would take its sentences at their share of it.
+    rows = [(f"Sentence number {i} of the small corpus.", f"Satz Nummer {i} des kleinen Korpus.") for i in range(30)]
+    write_tfrecords([("en", "de", rows)], str(tmp_path / "small"), "small", num_shards=1, verbose=False)
+    run([TOOL, f"--model={export}", f"--corpus={quickstart_records}", f"--corpus={tmp_path}/small/small.manifest.json",
+         "--languages=en", "--per_language=25", f"--output={tmp_path}/axes"], tmp_path)
+    metadata = json.load(open(tmp_path / "axes" / METADATA_FILE, encoding="utf-8"))
+    assert metadata["provenance"]["principal_axes"]["sentences"] == {"en": 50}
