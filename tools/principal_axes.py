@@ -25,7 +25,6 @@ import random
 
 from tf_msemb import cli  # first: it quiets TensorFlow's start-up
 
-import numpy as np
 from absl import flags
 
 from tf_msemb.data.corpora import record_pairs
@@ -75,6 +74,10 @@ def main(argv):
     del argv
     source = resolve_export(FLAGS.model)
     tokenizer, encoder, metadata = keras_parts(source)
+    if metadata.get("embedding_dim") != metadata.get("full_embedding_dim"):
+        raise CorpusError(f"{source} serves its vectors cut to {metadata.get('embedding_dim')} of "
+                          f"{metadata.get('full_embedding_dim')} dimensions: turn its full-width export instead "
+                          "(and cut the new one with --output_dim).")
     sample = sample_sentences(FLAGS.corpus, FLAGS.per_language, FLAGS.seed, FLAGS.languages)
     sentences = [sentence for found in sample.values() for sentence in found]
     if len(sentences) < encoder.output_dim:

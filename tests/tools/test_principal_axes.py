@@ -75,10 +75,13 @@ def test_the_cut_export_is_the_rotated_vectors_first_dimensions_through_tf_servi
 @pytest.mark.parametrize("flags, message", [
     (["--per_language=2"], "need at least 16"),
     (["--languages=en,xx"], "--languages names xx"),
+    (["--cut"], "cut to 4 of 16 dimensions"),
 ])
-def test_a_sample_too_small_or_a_missing_language_is_one_error_line(export, quickstart_records, tmp_path, flags,
-                                                                   message):
-    result = subprocess.run([sys.executable, TOOL, f"--model={export}", f"--corpus={quickstart_records}",
+def test_a_sample_too_small_a_missing_language_or_a_cut_export_is_one_error_line(export, rotated, quickstart_records,
+                                                                                tmp_path, flags, message):
+    model = rotated[1] if flags == ["--cut"] else export
+    flags = [] if flags == ["--cut"] else flags
+    result = subprocess.run([sys.executable, TOOL, f"--model={model}", f"--corpus={quickstart_records}",
                              f"--output={tmp_path}/x", *flags], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
