@@ -59,10 +59,10 @@ def sample_sentences(corpora, per_language, seed, languages=()):
         for src_lang, tgt_lang, rows in record_pairs(corpus):
             for lang, side in ((src_lang, 0), (tgt_lang, 1)):
                 if not languages or lang in languages:
-                    by_language.setdefault(lang, {}).update(dict.fromkeys(row[side] for row in rows if row[side]))
+                    by_language.setdefault(lang, set()).update(row[side] for row in rows if row[side])
         for lang, sentences in sorted(by_language.items()):
             found.add(lang)
-            sentences = sorted(set(sentences) - set(sample.get(lang, ())))
+            sentences = sorted(sentences.difference(sample.get(lang, ())))
             sample.setdefault(lang, []).extend(rng.sample(sentences, min(per_language, len(sentences))))
     missing = [lang for lang in languages if lang not in found]
     if missing:
