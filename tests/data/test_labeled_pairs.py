@@ -81,3 +81,20 @@ def test_several_sources_are_one_set(tokenizer, tmp_path):
     batch = next(iter(make_labeled_dataset([snli, str(multinli)], tokenizer, 4, format="nli_jsonl",
                                            shuffle_buffer=0)))
     np.testing.assert_array_equal(batch["target"].numpy(), [0, 2, 1, 2])
+
+
+def test_exclude_leaves_out_pairs_sharing_either_sentence_with_held_out_files(tokenizer, tmp_path, capsys):
+    """A pair goes if its first or its second sentence is in a held-out file (either side there); no other goes."""
+    train = tmp_path / "train.csv"
+    train.write_text("A dog runs.,A dog is running.,4.0\nA cat sleeps.,The cat naps.,4.5\n"
+                     "Two men talk.,A man sings.,1.0\nIt rains.,The sun shines.,0.5\n")
+    dev = tmp_path / "dev.csv"
+    dev.write_text("The cat naps.,Someone cooks.,3.0\nTwo men talk.,Nobody is here.,0.0\n")
+    batch = next(iter(make_labeled_dataset(str(train), tokenizer, 2, format="stsb_csv", exclude=[str(dev)],
+                                           shuffle_buffer=0, repeat=False)))
+    np.testing.assert_allclose(batch["target"].numpy(), [4.0 / 5, 0.5 / 5], rtol=1e-6)
+    assert "2 of 4 pairs left out" in capsys.readouterr().out
+    kept = make_labeled_dataset(str(train), tokenizer, 4, format="stsb_csv", shuffle_buffer=0, repeat=False)
+    assert next(iter(kept))["target"].shape == [4]
+    with pytest.raises(CorpusError, match="exclude leaves no pair"):
+        make_labeled_dataset(str(dev), tokenizer, 1, format="stsb_csv", exclude=str(dev))

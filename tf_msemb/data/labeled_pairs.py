@@ -116,12 +116,31 @@ def read_labeled_pairs(paths, format):
     return first, second, np.concatenate(targets)
 
 
+def leave_out_held_out(first, second, targets, held_out, format):
+    """The pairs none of whose sentences occurs in the `held_out` files (same format), and how many were left out.
+
+    STS-b train shares sentences with STS-b dev (408 of its 5,749 English
+    pairs hold one), which the dev table scores: training on them would
+    score text training read.
+    """
+    if not held_out:
+        return first, second, targets, 0
+    held_out = [held_out] if isinstance(held_out, (str, os.PathLike)) else list(held_out)
+    held_first, held_second, _ = read_labeled_pairs(held_out, format)
+    sentences = set(held_first) | set(held_second)
+    kept = [i for i, (a, b) in enumerate(zip(first, second)) if a not in sentences and b not in sentences]
+    if not kept:
+        raise CorpusError(f"make_labeled_dataset.exclude leaves no pair: every pair shares a sentence with {held_out}.")
+    return [first[i] for i in kept], [second[i] for i in kept], targets[kept], len(first) - len(kept)
+
+
 @gin.configurable(denylist=["tokenizer", "batch_size", "input_context", "seed"])
 def make_labeled_dataset(
     path,
     tokenizer,
     batch_size,
     format="stsb_tsv",
+    exclude=(),
     score_scale=5.0,
     shuffle_buffer=10_000,
     seed=0,
@@ -131,13 +150,19 @@ def make_labeled_dataset(
     """Batches `{"a", "b": tokens, "target": [b]}` from one labeled pair file or several of one format.
 
     Several files are read into one set, shuffled together (seed 000's stage
-    1: SNLI and MultiNLI; the STS benchmark and its augmentation). STS
-    scores are divided by `score_scale` (to [0, 1], seed 000); NLI targets
-    are class ids. Under a strategy each input pipeline keeps every n-th pair.
+    1: SNLI and MultiNLI; the STS benchmark and its augmentation). Pairs
+    with a sentence found in the `exclude` files (the same format: e.g. the
+    STS-b dev files the dev table scores) are left out, counted in one
+    printed line. STS scores are divided by `score_scale` (to [0, 1], seed
+    000); NLI targets are class ids. Under a strategy each input pipeline
+    keeps every n-th pair.
     """
     if format not in READERS:
         raise ValueError(f"Unknown labeled-pair format {format!r}; choose from {sorted(READERS)}.")
-    first, second, targets = read_labeled_pairs(path, format)
+    first, second, targets, left_out = leave_out_held_out(*read_labeled_pairs(path, format), exclude, format)
+    if left_out:
+        print(f"make_labeled_dataset: {left_out} of {len(first) + left_out} pairs left out, sharing a sentence "
+              f"with make_labeled_dataset.exclude")
     targets = targets / score_scale if format.startswith("stsb") else targets
     dataset = tf.data.Dataset.from_tensor_slices((first, second, targets.astype(np.float32)))
     if input_context and input_context.num_input_pipelines > 1:
