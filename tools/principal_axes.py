@@ -15,7 +15,11 @@ d dimensions (`--output_dim`, `dev_table --widths`, sentence-transformers'
 of their energy instead of whichever d the model happened to put first:
 for a model trained without `train.matryoshka_widths`. Sample the
 sentences the model will serve (its training corpora, every language),
-never a dev or test set: the axes follow the sample's domain. The new
+never a dev or test set: the axes follow the sample's domain. With
+`--turn_steps`, the axes are then turned (still a rotation) to keep, at
+each of `--turn_widths`, the cosines of the whole vectors between the
+sample's sentences and among each one's nearest neighbours
+(`training.nested_rotation`, after Matryoshka-Adaptor). The new
 export is float32 (re-export int8 from it); its metadata's provenance
 records the sample and the energy each width keeps.
 """
@@ -35,12 +39,16 @@ from tf_msemb.export.saved_model import export_saved_model
 from tf_msemb.export.saved_model import resolve_export
 from tf_msemb.models.heads import PrincipalAxes
 from tf_msemb.text_files import CorpusError
+from tf_msemb.training.nested_rotation import fit_nested_rotation
 
 flags.DEFINE_string("model", None, "The export (or a training model_dir: its export/final) to rotate.")
 flags.DEFINE_multi_string("corpus", [], "Manifest of records whose sentences set the axes (repeat for several).")
 flags.DEFINE_integer("per_language", 1000, "Distinct sentences sampled from each language of each corpus.")
 flags.DEFINE_list("languages", [], "Sample these languages of the corpora only (default: every one).")
 flags.DEFINE_integer("seed", 0, "Seed of the sample.")
+flags.DEFINE_integer("turn_steps", 0, "Then turn the axes this many Adam steps so cut vectors keep the whole "
+                     "vectors' cosines (training.nested_rotation; 0: the principal axes as they are).")
+flags.DEFINE_list("turn_widths", ["256", "128", "64"], "The cut widths whose cosines the turn keeps.")
 flags.DEFINE_integer("output_dim", None, "Also cut the new export's vectors to this many dimensions.")
 flags.DEFINE_string("output", None, "Where the new export goes.")
 flags.mark_flags_as_required(["model", "corpus", "output"])
@@ -90,6 +98,18 @@ def main(argv):
     kept = {width: float(eigenvalues[:width].sum() / eigenvalues.sum())
             for width in REPORTED_WIDTHS if width < encoder.output_dim}
     print("Energy kept: " + ", ".join(f"{width} dims {share:.1%}" for width, share in kept.items()))
+    turn = None
+    if FLAGS.turn_steps:
+        widths = [int(width) for width in FLAGS.turn_widths]
+        if any(not 0 < width < encoder.output_dim for width in widths):
+            raise CorpusError(f"--turn_widths={','.join(FLAGS.turn_widths)}: each must lie below the vectors' "
+                              f"{encoder.output_dim} dimensions.")
+        rotation, before, after = fit_nested_rotation(vectors, axes.projection.kernel.numpy(), widths,
+                                                      steps=FLAGS.turn_steps, seed=FLAGS.seed)
+        axes.assign_rotation(rotation)
+        print(f"Nested similarity loss on the sample: {before:.4f} on the axes, {after:.4f} turned")
+        turn = {"steps": FLAGS.turn_steps, "widths": widths, "loss_axes": round(before, 5),
+                "loss_turned": round(after, 5)}
     provenance = dict(metadata.get("provenance") or {})
     if provenance.get("operative_config"):
         provenance["operative_config"] = os.path.join(source, provenance["operative_config"])
@@ -99,6 +119,7 @@ def main(argv):
         "sentences": {lang: len(found) for lang, found in sample.items()},
         "seed": FLAGS.seed,
         "energy_kept": {str(width): round(share, 4) for width, share in kept.items()},
+        "turned": turn,
     }
     export_saved_model(tokenizer, axes, FLAGS.output, step=metadata.get("training_step"),
                        objective=metadata.get("objective"), selection=metadata.get("selection"),

@@ -81,3 +81,14 @@ def test_too_few_vectors_or_the_wrong_width_is_refused(encoder):
         axes.adapt(np.ones((100, 12)))
     with pytest.raises(ValueError, match="keeps the encoder's 16 dimensions"):
         PrincipalAxes(encoder, output_dim=8)
+
+
+def test_assign_rotation_takes_a_rotation_only(encoder):
+    axes = PrincipalAxes(encoder)
+    rotation = np.linalg.qr(np.random.default_rng(0).normal(size=(16, 16)))[0]
+    axes.assign_rotation(rotation)
+    np.testing.assert_allclose(axes.projection.kernel.numpy(), rotation, atol=1e-6)
+    with pytest.raises(ValueError, match="orthogonal 16 x 16"):
+        axes.assign_rotation(rotation * 1.1)
+    with pytest.raises(ValueError, match="orthogonal 16 x 16"):
+        axes.assign_rotation(rotation[:, :8])

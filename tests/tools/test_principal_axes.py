@@ -76,6 +76,7 @@ def test_the_cut_export_is_the_rotated_vectors_first_dimensions_through_tf_servi
     (["--per_language=2"], "need at least 16"),
     (["--languages=en,xx"], "--languages names xx"),
     (["--cut"], "cut to 4 of 16 dimensions"),
+    (["--turn_steps=5", "--turn_widths=8,16"], "--turn_widths=8,16: each must lie below"),
 ])
 def test_a_sample_too_small_a_missing_language_or_a_cut_export_is_one_error_line(export, rotated, quickstart_records,
                                                                                 tmp_path, flags, message):
@@ -98,3 +99,18 @@ def test_every_corpus_gives_its_own_share_of_the_sample(export, quickstart_recor
          "--languages=en", "--per_language=25", f"--output={tmp_path}/axes"], tmp_path)
     metadata = json.load(open(tmp_path / "axes" / METADATA_FILE, encoding="utf-8"))
     assert metadata["provenance"]["principal_axes"]["sentences"] == {"en": 50}
+
+
+def test_the_turned_export_keeps_every_cosine_and_records_its_turn(export, quickstart_records, tmp_path):
+    """--turn_steps: still a rotation of the source's vectors (full-width cosines equal), not the plain axes, and
+    the provenance holds the losses the turn printed."""
+    common = [TOOL, f"--model={export}", f"--corpus={quickstart_records}", "--per_language=80"]
+    run([*common, f"--output={tmp_path}/axes"], tmp_path)
+    printed = run([*common, "--turn_steps=40", "--turn_widths=8,4", f"--output={tmp_path}/turned"], tmp_path)
+    assert "Nested similarity loss on the sample" in printed
+    sentences = corpus_sentences(quickstart_records)[:300]
+    raw, axes, turned = (served(path, sentences) for path in (export, f"{tmp_path}/axes", f"{tmp_path}/turned"))
+    np.testing.assert_allclose(turned @ turned.T, raw @ raw.T, atol=1e-5)
+    assert not np.allclose(turned, axes, atol=1e-3)
+    turn = json.load(open(tmp_path / "turned" / METADATA_FILE, encoding="utf-8"))["provenance"]["principal_axes"]["turned"]
+    assert turn["steps"] == 40 and turn["widths"] == [8, 4] and turn["loss_turned"] < turn["loss_axes"]

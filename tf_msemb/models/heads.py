@@ -75,10 +75,19 @@ class PrincipalAxes(ProjectedEncoder):
         rotation = eigenvectors[:, order]
         # Each axis points where its largest entry is positive: the same R from the same vectors, any LAPACK.
         rotation *= np.sign(rotation[np.argmax(np.abs(rotation), axis=0), np.arange(self.output_dim)])
+        self.assign_rotation(rotation)
+        return eigenvalues[order]
+
+    def assign_rotation(self, rotation):
+        """Sets R to `rotation` (`[d, d]`, orthogonal: e.g. the axes turned by `training.nested_rotation`)."""
+        rotation = np.asarray(rotation, np.float64)
+        if rotation.shape != (self.output_dim, self.output_dim) or not np.allclose(
+                rotation.T @ rotation, np.eye(self.output_dim), atol=1e-4):
+            raise ValueError(f"PrincipalAxes needs an orthogonal {self.output_dim} x {self.output_dim} rotation; got "
+                             f"shape {rotation.shape}.")
         ensure_built(self)
         self.projection.kernel.assign(rotation.astype(np.float32))
         self.projection.bias.assign(np.zeros(self.output_dim, np.float32))
-        return eigenvalues[order]
 
 
 @keras.saving.register_keras_serializable(package="tf_msemb")
