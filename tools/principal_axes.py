@@ -15,11 +15,12 @@ d dimensions (`--output_dim`, `dev_table --widths`, sentence-transformers'
 of their energy instead of whichever d the model happened to put first:
 for a model trained without `train.matryoshka_widths`. Sample the
 sentences the model will serve (its training corpora, every language),
-never a dev or test set: the axes follow the sample's domain. With
-`--turn_steps`, the axes are then turned (still a rotation) to keep, at
-each of `--turn_widths`, the cosines of the whole vectors between the
-sample's sentences and among each one's nearest neighbours
-(`training.nested_rotation`, after Matryoshka-Adaptor). The new
+never a dev or test set: the axes follow the sample's domain. The axes
+are then turned (`--turn_steps`; still a rotation) to keep, at each of
+`--turn_widths`, the cosines of the whole vectors between the sample's
+sentences and among each one's nearest neighbours
+(`training.nested_rotation`, after Matryoshka-Adaptor): the principal axes
+keep the most energy, the turned ones the most of the geometry. The new
 export is float32 (re-export int8 from it); its metadata's provenance
 records the sample and the energy each width keeps.
 """
@@ -46,9 +47,10 @@ flags.DEFINE_multi_string("corpus", [], "Manifest of records whose sentences set
 flags.DEFINE_integer("per_language", 1000, "Distinct sentences sampled from each language of each corpus.")
 flags.DEFINE_list("languages", [], "Sample these languages of the corpora only (default: every one).")
 flags.DEFINE_integer("seed", 0, "Seed of the sample.")
-flags.DEFINE_integer("turn_steps", 0, "Then turn the axes this many Adam steps so cut vectors keep the whole "
+flags.DEFINE_integer("turn_steps", 500, "Then turn the axes this many Adam steps so cut vectors keep the whole "
                      "vectors' cosines (training.nested_rotation; 0: the principal axes as they are).")
-flags.DEFINE_list("turn_widths", ["256", "128", "64"], "The cut widths whose cosines the turn keeps.")
+flags.DEFINE_list("turn_widths", [], "The cut widths whose cosines the turn keeps (default: those of 256, 128 "
+                  "and 64 below the vectors' width; none: no turn).")
 flags.DEFINE_integer("output_dim", None, "Also cut the new export's vectors to this many dimensions.")
 flags.DEFINE_string("output", None, "Where the new export goes.")
 flags.mark_flags_as_required(["model", "corpus", "output"])
@@ -56,6 +58,8 @@ FLAGS = flags.FLAGS
 
 # The widths whose kept energy the metadata records (those below the model's own width).
 REPORTED_WIDTHS = (512, 256, 128, 64, 32)
+# The widths the turn keeps by default (those below the model's own width).
+TURN_WIDTHS = (256, 128, 64)
 
 
 def sample_sentences(corpora, per_language, seed, languages=()):
@@ -99,11 +103,11 @@ def main(argv):
             for width in REPORTED_WIDTHS if width < encoder.output_dim}
     print("Energy kept: " + ", ".join(f"{width} dims {share:.1%}" for width, share in kept.items()))
     turn = None
-    if FLAGS.turn_steps:
-        widths = [int(width) for width in FLAGS.turn_widths]
-        if any(not 0 < width < encoder.output_dim for width in widths):
-            raise CorpusError(f"--turn_widths={','.join(FLAGS.turn_widths)}: each must lie below the vectors' "
-                              f"{encoder.output_dim} dimensions.")
+    widths = [int(width) for width in FLAGS.turn_widths] or [w for w in TURN_WIDTHS if w < encoder.output_dim]
+    if any(not 0 < width < encoder.output_dim for width in widths):
+        raise CorpusError(f"--turn_widths={','.join(FLAGS.turn_widths)}: each must lie below the vectors' "
+                          f"{encoder.output_dim} dimensions.")
+    if FLAGS.turn_steps and widths:
         rotation, before, after = fit_nested_rotation(vectors, axes.projection.kernel.numpy(), widths,
                                                       steps=FLAGS.turn_steps, seed=FLAGS.seed)
         axes.assign_rotation(rotation)

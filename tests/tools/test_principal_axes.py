@@ -105,7 +105,7 @@ def test_the_turned_export_keeps_every_cosine_and_records_its_turn(export, quick
     """--turn_steps: still a rotation of the source's vectors (full-width cosines equal), not the plain axes, and
     the provenance holds the losses the turn printed."""
     common = [TOOL, f"--model={export}", f"--corpus={quickstart_records}", "--per_language=80"]
-    run([*common, f"--output={tmp_path}/axes"], tmp_path)
+    run([*common, "--turn_steps=0", f"--output={tmp_path}/axes"], tmp_path)
     printed = run([*common, "--turn_steps=40", "--turn_widths=8,4", f"--output={tmp_path}/turned"], tmp_path)
     assert "Nested similarity loss on the sample" in printed
     sentences = corpus_sentences(quickstart_records)[:300]
@@ -114,3 +114,4 @@ def test_the_turned_export_keeps_every_cosine_and_records_its_turn(export, quick
     assert not np.allclose(turned, axes, atol=1e-3)
     turn = json.load(open(tmp_path / "turned" / METADATA_FILE, encoding="utf-8"))["provenance"]["principal_axes"]["turned"]
     assert turn["steps"] == 40 and turn["widths"] == [8, 4] and turn["loss_turned"] < turn["loss_axes"]
+    assert "| turned axes | 40 steps" in open(tmp_path / "turned" / "README.md", encoding="utf-8").read()

@@ -159,6 +159,11 @@ def provenance_table(metadata):
                      f"vectors of {sum(counts.values())} sentences ({', '.join(counts)}) of "
                      f"{', '.join(axes.get('corpora') or [])}; energy a cut keeps: " + ", ".join(
                          f"{width} dims {share:.1%}" for width, share in (axes.get("energy_kept") or {}).items())))
+        turn = axes.get("turned")
+        if turn:
+            rows.append(("turned axes", f"{turn['steps']} steps to keep the full-width cosines at "
+                         f"{', '.join(map(str, turn['widths']))} dims; nested similarity loss on the sample "
+                         f"{turn['loss_axes']} on the axes, {turn['loss_turned']} turned"))
     return "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 

@@ -53,7 +53,8 @@ class PrincipalAxes(ProjectedEncoder):
     (Eckart & Young 1936), so an export cut to d (`inference_module.output_dim`)
     keeps more than a cut of the raw vectors does, for a model trained
     without nested widths. Uncentred, so the rotation stays a rotation.
-    Fixed once adapted: never trained.
+    `assign_rotation` takes another rotation instead (the axes turned by
+    `training.nested_rotation`). Never trained with the encoder.
     """
 
     def __init__(self, encoder, output_dim=None, **kwargs):
