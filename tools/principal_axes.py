@@ -109,7 +109,7 @@ def main(argv):
                           f"{encoder.output_dim} dimensions.")
     if FLAGS.turn_steps and widths:
         rotation, before, after = fit_nested_rotation(vectors, axes.projection.kernel.numpy(), widths,
-                                                      steps=FLAGS.turn_steps, seed=FLAGS.seed)
+                                                      steps=FLAGS.turn_steps, seed=FLAGS.seed, verbose=True)
         axes.assign_rotation(rotation)
         print(f"Nested similarity loss on the sample: {before:.4f} on the axes, {after:.4f} turned")
         turn = {"steps": FLAGS.turn_steps, "widths": widths, "loss_axes": round(before, 5),

@@ -17,10 +17,10 @@ from tf_msemb.losses.nested_similarity import nested_similarity_loss
 
 
 def fit_nested_rotation(vectors, rotation, widths, steps=500, batch_size=1024, learning_rate=1e-3, top_k=10,
-                        seed=0):
+                        seed=0, verbose=False):
     """`(R, loss before, loss after)`: `rotation` `[D, D]` (orthogonal, e.g. the principal axes) turned to
     lower `nested_similarity_loss` of `vectors @ R` on random batches of `vectors` `[n, D]`; the losses are
-    on one fixed batch of the same size."""
+    on one fixed batch of the same size. `verbose`: a progress bar with the batches' loss."""
     vectors = tf.constant(np.asarray(vectors, np.float32))
     start = tf.constant(np.asarray(rotation, np.float32))
     dim = int(start.shape[0])
@@ -47,6 +47,9 @@ def fit_nested_rotation(vectors, rotation, widths, steps=500, batch_size=1024, l
     fixed = tf.gather(vectors, tf.random.Generator.from_seed(seed + 1).uniform(
         [batch_size], 0, tf.shape(vectors)[0], dtype=tf.int32))
     before = float(loss_on(fixed))
-    for _ in range(steps):
-        step()
+    progress = keras.utils.Progbar(steps, unit_name="step") if verbose else None
+    for done in range(1, steps + 1):
+        loss = step()
+        if progress:
+            progress.update(done, [("loss", float(loss))])
     return turned().numpy(), before, float(loss_on(fixed))
