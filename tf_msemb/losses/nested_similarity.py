@@ -1,6 +1,6 @@
 """Nested similarity: how far the cosines of cut vectors are from the cosines of the whole ones.
 
-Matryoshka-Adaptor's unsupervised objective (Yoon et al. 2024, Sec. 3.1):
+The unsupervised objective of Matryoshka-Adaptor (Yoon et al. 2024, EMNLP):
 for every width d,
   L_pair(d) = mean_{i != j} |cos(y_i[:d], y_j[:d]) - cos(x_i, x_j)|,
   L_topk(d) = mean_i mean_{j in kNN(i)} |cos(y_i[:d], y_j[:d]) - cos(x_i, x_j)|,
