@@ -170,6 +170,25 @@ def test_distill_ranked_e5small_ranks_translations_against_the_teacher_vectors(t
     assert "MultilingualDistillation.ranking_hard_negatives = 4" in operative
 
 
+def test_distill_ranked_sts_e5small_ranks_both_sides_beside_graded_similarity(tmp_path, quickstart_records):
+    """configs/distill_ranked_sts_e5small.gin: the ranked distillation with the sources ranked too, summed with
+    CoSENT on the recipe's own STS-b train files (the pairs sharing a sentence with STS-b dev left out and
+    counted); each task's loss logged apart."""
+    start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
+    run([f"{REPO}/tools/mine_teacher_negatives.py", "--manifest=teacher/qs.manifest.json", "--output_dir=neg4",
+         "--num_negatives=4"], tmp_path)
+    out = train("distill_ranked_sts_e5small.gin", tmp_path / "ranked_sts", f"START = '{start}'",
+                f"make_dataset.corpora = ['{tmp_path}/neg4/qs.manifest.json']",
+                "MultilingualDistillation.teacher_dim = 32")
+    last = next(line for line in out.splitlines() if line.startswith("step 3/3 "))
+    assert "distill/ranking" in last and "distill/mse_src" in last and "sts/loss" in last
+    assert "pairs left out, sharing a sentence with make_labeled_dataset.exclude" in out
+    assert "dev/mining f1" in out and "dev/sts mean" in out
+    operative = (tmp_path / "ranked_sts" / "operative_config.gin").read_text()
+    assert "distill/MultilingualDistillation.ranking_sources = True" in operative
+    assert "sts/SiameseSimilarity.sts_loss = 'cosent'" in operative
+
+
 def test_distill_rank_e5small_trains_both_tasks_on_their_own_inputs(tmp_path, quickstart_records):
     """Seed 001 and seed 004 summed (configs/distill_rank_e5small.gin) with both preparations: the start's teacher
     vectors for the distillation task, its mined negatives for the ranking task (nested widths cut to the tiny

@@ -1,10 +1,13 @@
 import json
 
 import keras
+import pytest
 import tensorflow as tf
 
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
 from tf_msemb.models.encoder import SentenceEncoder
+from tf_msemb.losses.siamese import cosent_loss
+from tf_msemb.losses.siamese import cosine_mse_loss
 from tf_msemb.objectives.siamese_similarity import SiameseSimilarity
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48, dropout=0.0)
@@ -33,6 +36,35 @@ def test_sts_regression_learns_identical_vs_unrelated(tokenizer, tmp_path):
     model = SiameseSimilarity(SentenceEncoder(tokenizer.vocabulary_size, **TINY), task="sts")
     logs = _train(model, make_labeled_dataset(str(path), tokenizer, 12), 40)
     assert float(logs[-1]["loss"]) < 0.5 * float(logs[0]["loss"])
+
+
+def _graded_pairs(tmp_path):
+    rows = [f"g\tf\t0\t{i}\t{score}\tDer Hund schläft.\t{other}\n" for i, (score, other) in enumerate(
+        [(5.0, "Der Hund schläft."), (3.5, "Der Hund schläft fest."), (2.0, "Die Katze schläft."),
+         (0.5, "Das Kind spielt."), (0.0, "The stock market fell sharply today."), (4.0, "Ein Hund schläft.")])]
+    path = tmp_path / "graded.tsv"
+    path.write_text("".join(rows))
+    return str(path)
+
+
+def test_sts_loss_cosent_is_the_loss_trained(tokenizer, tmp_path):
+    """The step's loss is CoSENT's on the batch (not the regression's), and CoSENT training orders the pairs."""
+    keras.utils.set_random_seed(0)
+    model = SiameseSimilarity(SentenceEncoder(tokenizer.vocabulary_size, **TINY), task="sts", sts_loss="cosent")
+    dataset = make_labeled_dataset(_graded_pairs(tmp_path), tokenizer, 6, shuffle_buffer=0)
+    batch = next(iter(dataset))
+    model.build()
+    u, v = model.encoder(batch["a"]), model.encoder(batch["b"])
+    expected, regression = cosent_loss(u, v, batch["target"]), cosine_mse_loss(u, v, batch["target"])
+    assert abs(float(expected) - float(regression)) > 0.1
+    logs = _train(model, dataset, 60)
+    assert float(logs[0]["loss"]) == pytest.approx(float(expected), rel=1e-4)
+    assert float(logs[-1]["loss"]) < 0.5 * float(logs[0]["loss"])
+
+
+def test_unknown_sts_loss_is_refused(tokenizer):
+    with pytest.raises(ValueError, match="sts_loss"):
+        SiameseSimilarity(SentenceEncoder(tokenizer.vocabulary_size, **TINY), sts_loss="cosine")
 
 
 def test_nli_classifier_trains(tokenizer, tmp_path):

@@ -14,6 +14,22 @@ def cosine_mse_loss(u, v, gold):
     return ops.mean(ops.square(cosine_similarity(u, v) - ops.cast(gold, "float32")))
 
 
+def cosent_loss(u, v, gold, scale=20.0):
+    """CoSENT: `log(1 + sum_{(i, j): gold_i > gold_j} exp(scale (cos_j - cos_i)))` over the batch's pairs.
+
+    Asks only that pairs scored higher have the higher cosine, never for a
+    cosine's level, so a pretrained space whose cosines are crowded (e5's
+    unrelated pairs near 0.75) keeps its scale while its order is fitted;
+    `cosine_mse_loss` asks those pairs for cosine 0.
+    """
+    cos = cosine_similarity(u, v) * scale
+    gold = ops.cast(gold, "float32")
+    ordered = ops.expand_dims(gold, 1) > ops.expand_dims(gold, 0)  # [i, j]: gold_i > gold_j
+    differences = ops.expand_dims(cos, 0) - ops.expand_dims(cos, 1)  # [i, j]: cos_j - cos_i
+    terms = ops.where(ordered, differences, ops.full_like(differences, -1e9))
+    return ops.logsumexp(ops.concatenate([ops.zeros((1,)), ops.reshape(terms, (-1,))]))
+
+
 def pair_features(u, v):
     """`(u, v, |u - v|)`, the classifier input of SBERT's NLI objective."""
     return ops.concatenate([u, v, ops.abs(u - v)], axis=-1)
