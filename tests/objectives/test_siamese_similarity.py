@@ -5,9 +5,9 @@ import pytest
 import tensorflow as tf
 
 from tf_msemb.data.labeled_pairs import make_labeled_dataset
-from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.losses.siamese import cosent_loss
 from tf_msemb.losses.siamese import cosine_mse_loss
+from tf_msemb.models.encoder import SentenceEncoder
 from tf_msemb.objectives.siamese_similarity import SiameseSimilarity
 
 TINY = dict(hidden_dim=16, num_layers=1, num_heads=2, intermediate_dim=32, max_sequence_length=48, dropout=0.0)

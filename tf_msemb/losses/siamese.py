@@ -18,9 +18,10 @@ def cosent_loss(u, v, gold, scale=20.0):
     """CoSENT: `log(1 + sum_{(i, j): gold_i > gold_j} exp(scale (cos_j - cos_i)))` over the batch's pairs.
 
     Asks only that pairs scored higher have the higher cosine, never for a
-    cosine's level, so a pretrained space whose cosines are crowded (e5's
-    unrelated pairs near 0.75) keeps its scale while its order is fitted;
-    `cosine_mse_loss` asks those pairs for cosine 0.
+    cosine's level, so a pretrained space whose cosines are crowded keeps
+    its scale while its order is fitted (multilingual-e5-small gives STS-b
+    dev's English pairs a mean cosine of 0.89 where `cosine_mse_loss` asks
+    for their mean score, 0.47).
     """
     cos = cosine_similarity(u, v) * scale
     gold = ops.cast(gold, "float32")
