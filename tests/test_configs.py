@@ -95,6 +95,15 @@ def _e5_start_with_teacher_vectors(tmp_path, records):
     return start
 
 
+def _e5_start_with_teacher_negatives(tmp_path, records):
+    """`_e5_start_with_teacher_vectors`, then 4 teacher-space negatives a pair in `tmp_path/neg4` (the ranked
+    recipes' preparation); returns the checkpoint's path."""
+    start = _e5_start_with_teacher_vectors(tmp_path, records)
+    run([f"{REPO}/tools/mine_teacher_negatives.py", "--manifest=teacher/qs.manifest.json", "--output_dir=neg4",
+         "--num_negatives=4"], tmp_path)
+    return start
+
+
 def test_distill_e5small_from_a_checkpoint_of_e5_small_s_layout(tmp_path, quickstart_records):
     """The recipe's own preparation (teacher vectors of the start) and training, START bound to a tiny checkpoint
     of multilingual-e5-small's layout (its prompts unused, as the recipe says)."""
@@ -157,9 +166,7 @@ def test_distill_ranked_e5small_ranks_translations_against_the_teacher_vectors(t
     """Seed 001 with seed 004's ranking against the teacher's vectors (configs/distill_ranked_e5small.gin) with the
     recipe's preparation (teacher vectors of a tiny start of e5's layout, then their teacher-space negatives): the
     ranking loss logged beside the MSE, every dev part run."""
-    start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
-    run([f"{REPO}/tools/mine_teacher_negatives.py", "--manifest=teacher/qs.manifest.json", "--output_dir=neg4",
-         "--num_negatives=4"], tmp_path)
+    start = _e5_start_with_teacher_negatives(tmp_path, quickstart_records)
     out = train("distill_ranked_e5small.gin", tmp_path / "ranked", f"START = '{start}'",
                 f"make_dataset.corpora = ['{tmp_path}/neg4/qs.manifest.json']",
                 "MultilingualDistillation.teacher_dim = 32")
@@ -174,9 +181,7 @@ def test_distill_ranked_sts_e5small_ranks_both_sides_beside_graded_similarity(tm
     """configs/distill_ranked_sts_e5small.gin: the ranked distillation with the sources ranked too, summed with
     CoSENT on the recipe's own STS-b train files (the pairs sharing a sentence with STS-b dev left out and
     counted); each task's loss logged apart."""
-    start = _e5_start_with_teacher_vectors(tmp_path, quickstart_records)
-    run([f"{REPO}/tools/mine_teacher_negatives.py", "--manifest=teacher/qs.manifest.json", "--output_dir=neg4",
-         "--num_negatives=4"], tmp_path)
+    start = _e5_start_with_teacher_negatives(tmp_path, quickstart_records)
     out = train("distill_ranked_sts_e5small.gin", tmp_path / "ranked_sts", f"START = '{start}'",
                 f"make_dataset.corpora = ['{tmp_path}/neg4/qs.manifest.json']",
                 "MultilingualDistillation.teacher_dim = 32")
